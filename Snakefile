@@ -1,0 +1,30 @@
+# specalign: spectral alignment inside neural networks, as a Snakemake workflow.
+#
+#   snakemake --cores 2                                   # default study (offline)
+#   snakemake --cores 2 --configfile config/paper.yaml    # full paper reproduction
+#   snakemake --profile profiles/slurm                    # on a SLURM cluster
+#
+# The DAG runs one way: data -> trained ensembles -> diagnostics -> tables/figures.
+# Targets come from the config (rules/common.smk), so configurations differ in data only.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# A --configfile replaces the default instead of being merged into it, so that
+# paper.yaml's experiments are not added to the default ones.
+if not config:
+
+    configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/commutators.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

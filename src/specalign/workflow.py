@@ -1,0 +1,89 @@
+"""Glue between Snakemake's ``script:`` directive and the kernels (no maths here).
+
+``run_script(snakemake, main)`` gives every script the same behaviour: the log file of
+the rule receives Python logging and any traceback, thread pools are pinned to the
+job's ``threads`` before numerical libraries do any work, and an exception fails the job
+with its message in the log (Snakemake then deletes the job's incomplete outputs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specalign.runtime import pin_threads
+
+log = logging.getLogger("specalign")
+
+
+def setup_logging(logfile: str | Path | None, level: int = logging.INFO) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if logfile:
+        Path(logfile).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(logfile, mode="w"))
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+
+
+def run_script(smk: Any, main: Callable[[Any], None]) -> None:
+    """Run ``main(smk)`` with logging to the rule's log and pinned threads."""
+    logfile = smk.log[0] if len(smk.log) else None
+    setup_logging(logfile)
+    threads = pin_threads(getattr(smk, "threads", 1) or 1)
+    log.info("rule %s: %d thread(s)", getattr(smk, "rule", "?"), threads)
+    start = time.perf_counter()
+    try:
+        main(smk)
+    except Exception:
+        log.exception("rule %s failed", getattr(smk, "rule", "?"))
+        raise
+    log.info("rule %s done in %.2f s", getattr(smk, "rule", "?"), time.perf_counter() - start)
+
+
+def param_json(smk: Any, name: str) -> Any:
+    """Decode a params value that the rule passed as canonical JSON."""
+    return json.loads(getattr(smk.params, name))
+
+
+class LogProgress:
+    """Progress for long loops written to the log: percentage, rate and time left.
+
+    tqdm's carriage-return bar is unreadable in a log file followed with ``tail -f``
+    on a cluster; this writes one line every ``every`` fraction of the work instead.
+    """
+
+    def __init__(self, total: int, label: str, every: float = 0.05) -> None:
+        self.total = max(1, int(total))
+        self.label = label
+        self.step = max(1, int(self.total * every))
+        self.start = time.perf_counter()
+        self.next = self.step
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        if total:
+            self.total = total
+        if done < self.next and done < self.total:
+            return
+        self.next = done + self.step
+        elapsed = time.perf_counter() - self.start
+        rate = done / elapsed if elapsed > 0 else float("inf")
+        left = (self.total - done) / rate if rate > 0 else float("nan")
+        log.info(
+            "%s: %d/%d (%.0f%%), %.1f it/s, %.0f s elapsed, %.0f s left",
+            self.label,
+            done,
+            self.total,
+            100.0 * done / self.total,
+            rate,
+            elapsed,
+            left,
+        )

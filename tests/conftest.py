@@ -1,0 +1,28 @@
+"""Shared test settings: no network, single-threaded numerics, headless plots."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The original UCI files beside the clone (../shared/data); tests skip without it."""
+    path = Path(os.environ.get("SPECALIGN_TEST_DATA", REPO.parent / "shared" / "data"))
+    if not (path / "Concrete_Data.xls").exists():
+        pytest.skip(f"UCI test data not found in {path}")
+    return path
