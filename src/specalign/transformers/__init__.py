@@ -1,0 +1,11 @@
+"""Transformer layers as steps of the power method (Li & Altafini, arXiv:2605.25619).
+
+Weight convention used everywhere in this subpackage (one convention, all families):
+column vectors, y = W x + b, every W stored as (out, in) in float64. For a model with
+``n_heads`` heads of size ``d_head`` and model width ``d_model``:
+
+* ``W_Q, W_K, W_V``: (n_heads * d_head, d_model); head h uses rows h*d_head:(h+1)*d_head.
+* ``W_O``: (d_model, n_heads * d_head); head h uses the same columns.
+* ``F = W_O W_V`` = sum_h W_O^h W_V^h: (d_model, d_model), the matrix whose principal
+  eigenvector tokens tilt towards.
+"""

@@ -1,0 +1,436 @@
+"""Lazy extraction of attention weights from a checkpoint folder, and ``weights.h5``.
+
+``extract`` never instantiates the model: it parses config.json, picks the family
+adapter (``families.py``) and reads the few attention tensors it needs one at a time
+through memory-mapped safetensors (``safe_open``), so peak memory beyond the result is
+about one tensor. Sharded checkpoints (``model.safetensors.index.json``) are read
+shard by shard as names require. Only when a folder holds no safetensors at all does it
+fall back to ``pytorch_model.bin`` (or its sharded index), loaded with
+``torch.load(mmap=True, weights_only=True)`` so the pickle is neither executed nor read
+into memory.
+
+``weights.h5`` contract (``results/transformers/{model}/weights.h5``; all float64,
+y = W x + b with W stored (out, in)):
+
+* ``F`` (block, d, d): F_b = W_O W_V of each distinct block.
+* ``layer_block`` (layer,) int64: block index used by each layer.
+* ``blocks/{b}/W_Q``, ``W_K``, ``W_V`` (n_heads*d_head, d), ``W_O`` (d, n_heads*d_head),
+  ``b_Q``, ``b_K``, ``b_V`` (n_heads*d_head,), ``b_O`` (d,), ``ln_weight``,
+  ``ln_bias`` (d,).
+* ``embedding_projection/W`` (d, embedding_size) and ``embedding_projection/b`` (d,):
+  ALBERT only.
+* root attributes: ``source``, ``revision``, ``family``, ``d_model``, ``n_heads``,
+  ``d_head``, ``n_layers``, ``n_blocks``, ``shared``, ``ln_position``, ``causal``,
+  ``attn_scale``, ``layer_attention`` (JSON list), ``window_size`` (int or "null"),
+  ``ln_eps``, ``has_bias`` (JSON list of {"Q","K","V","O": bool} per block),
+  ``convention``, ``format_version``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from ..io import InputFileError, read_h5, write_h5
+from .families import FamilyAdapter, adapter_for
+from .weights import BlockWeights, ModelWeights
+
+FORMAT_VERSION = 1
+_BLOCK_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight", "ln_bias")
+_BIAS_KEYS = ("Q", "K", "V", "O")
+_ROOT_ATTRS = (
+    "source",
+    "revision",
+    "family",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "shared",
+    "ln_position",
+    "causal",
+    "attn_scale",
+    "layer_attention",
+    "window_size",
+    "ln_eps",
+)
+_SNAPSHOT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class CheckpointReader:
+    """Lazy, one-tensor-at-a-time access to the tensors of a checkpoint folder.
+
+    Use as a context manager; ``keys`` lists every tensor name, ``read(key)`` returns
+    one tensor as float64 numpy (bf16/fp16 included, hence the torch framework).
+    """
+
+    def __init__(self, model_dir: str | Path) -> None:
+        self.model_dir = Path(model_dir)
+        self._stack = contextlib.ExitStack()
+        self._where: dict[str, Path] = {}  # tensor name -> file holding it
+        self._open: dict[Path, Any] = {}  # file -> open safe_open handle / mmap'd state dict
+        self.format = self._index()
+
+    def __enter__(self) -> CheckpointReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+        self._open.clear()
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._where)
+
+    def _index(self) -> str:
+        """Map every tensor name to its file; return "safetensors" or "bin"."""
+        d = self.model_dir
+        if not d.is_dir():
+            raise InputFileError(f"{d}: model folder does not exist")
+        st_index = d / "model.safetensors.index.json"
+        if st_index.exists():
+            self._where = self._read_index(st_index)
+            return "safetensors"
+        files = [d / "model.safetensors"] if (d / "model.safetensors").exists() else []
+        files = files or sorted(d.glob("*.safetensors"))
+        if files:
+            for file in files:
+                for key in self._handle(file).keys():
+                    if key in self._where:
+                        raise InputFileError(
+                            f"{d}: tensor {key!r} in both {self._where[key].name} and {file.name}"
+                        )
+                    self._where[key] = file
+            return "safetensors"
+        bin_index = d / "pytorch_model.bin.index.json"
+        if bin_index.exists():
+            self._where = self._read_index(bin_index)
+            return "bin"
+        if (d / "pytorch_model.bin").exists():
+            file = d / "pytorch_model.bin"
+            self._where = dict.fromkeys(self._handle(file), file)
+            return "bin"
+        raise InputFileError(
+            f"{d}: no weights found (looked for model.safetensors, *.safetensors, "
+            "model.safetensors.index.json, pytorch_model.bin[.index.json])"
+        )
+
+    def _read_index(self, index: Path) -> dict[str, Path]:
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InputFileError(f"{index}: not a readable shard index ({exc})") from exc
+        missing = sorted({f for f in weight_map.values() if not (index.parent / f).exists()})
+        if missing:
+            raise InputFileError(f"{index}: shard(s) missing: {', '.join(missing)}")
+        return {key: index.parent / f for key, f in weight_map.items()}
+
+    def _handle(self, file: Path) -> Any:
+        """Open ``file`` once: a safetensors handle, or an mmap'd .bin state dict."""
+        if file not in self._open:
+            try:
+                if file.suffix == ".safetensors":
+                    from safetensors import safe_open
+
+                    self._open[file] = self._stack.enter_context(safe_open(file, framework="pt"))
+                else:
+                    self._open[file] = _load_bin(file)
+            except InputFileError:
+                raise
+            except Exception as exc:  # safetensors/torch raise assorted types on corrupt files
+                raise InputFileError(f"{file}: cannot open checkpoint ({exc})") from exc
+        return self._open[file]
+
+    def read(self, key: str) -> np.ndarray:
+        import torch
+
+        if key not in self._where:
+            raise KeyError(key)
+        file = self._where[key]
+        handle = self._handle(file)
+        try:
+            tensor = handle.get_tensor(key) if file.suffix == ".safetensors" else handle[key]
+            return tensor.detach().to(torch.float64).numpy().copy()
+        except Exception as exc:
+            raise InputFileError(f"{file}: cannot read tensor {key!r} ({exc})") from exc
+
+
+def _load_bin(file: Path) -> dict[str, Any]:
+    import torch
+
+    try:
+        return torch.load(file, map_location="cpu", mmap=True, weights_only=True)
+    except RuntimeError:
+        # Pre-1.6 (non-zip) pickles cannot be memory-mapped; they are small old models.
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+
+class _PrefixedReader:
+    """``TensorReader`` over a checkpoint: adds the checkpoint's name prefix and maps
+    the TF-port LayerNorm names ``gamma``/``beta`` to ``weight``/``bias``."""
+
+    _ALIASES = ((".weight", ".gamma"), (".bias", ".beta"))
+
+    def __init__(self, ckpt: CheckpointReader, prefix: str) -> None:
+        self.ckpt = ckpt
+        self.prefix = prefix
+        self._keys = set(ckpt.keys)
+
+    def _resolve(self, name: str) -> str | None:
+        full = self.prefix + name
+        if full in self._keys:
+            return full
+        for new, old in self._ALIASES:
+            if full.endswith(new) and full[: -len(new)] + old in self._keys:
+                return full[: -len(new)] + old
+        return None
+
+    def has(self, name: str) -> bool:
+        return self._resolve(name) is not None
+
+    def get(self, name: str) -> np.ndarray:
+        key = self._resolve(name)
+        if key is None:
+            raise InputFileError(
+                f"{self.ckpt.model_dir}: tensor {self.prefix + name!r} not in checkpoint"
+            )
+        return self.ckpt.read(key)
+
+
+def find_prefix(keys: list[str], adapter: FamilyAdapter, where: Path | str = "") -> str:
+    """The name prefix a checkpoint puts before the family's relative names.
+
+    Located by the family's probe tensor, so any prefix works; when several match
+    (a model wrapping another), the family's known prefixes win, then the shortest.
+    """
+    probe = adapter.probe
+    found = sorted(
+        {
+            k[: -len(probe)]
+            for k in keys
+            if k.endswith(probe) and (len(k) == len(probe) or k[-len(probe) - 1] == ".")
+        },
+        key=len,
+    )
+    if not found:
+        raise InputFileError(
+            f"{where}: no tensor named like {probe!r}: not a {adapter.model_type} checkpoint "
+            f"(expected prefixes: {', '.join(repr(p) for p in adapter.prefixes)})"
+        )
+    for known in adapter.prefixes:
+        if known in found:
+            return known
+    return found[0]
+
+
+def read_config(model_dir: str | Path) -> dict[str, Any]:
+    """Parse ``config.json`` of a model folder (InputFileError naming it otherwise)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise InputFileError(f"{path}: file does not exist (not a model folder?)") from exc
+    except (OSError, ValueError) as exc:
+        raise InputFileError(f"{path}: not readable JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise InputFileError(f"{path}: expected a JSON object")
+    return config
+
+
+def _snapshot_revision(model_dir: Path) -> str:
+    """The commit hash when ``model_dir`` is a Hugging Face cache snapshot, else ""."""
+    resolved = model_dir.resolve()
+    if resolved.parent.name == "snapshots" and _SNAPSHOT_RE.match(resolved.name):
+        return resolved.name
+    return ""
+
+
+def extract(
+    model_dir: str | Path, *, source: str | None = None, revision: str | None = None
+) -> ModelWeights:
+    """Read the attention weights of the checkpoint in ``model_dir`` (lazily).
+
+    ``source``/``revision`` are provenance recorded in the result (default: the folder
+    and, for a hub-cache snapshot, its commit hash). Raises ``UnknownFamilyError`` for
+    an unsupported ``model_type`` and ``InputFileError`` naming the file for a missing,
+    corrupt or config-inconsistent checkpoint.
+    """
+    model_dir = Path(model_dir)
+    config = read_config(model_dir)
+    try:
+        adapter = adapter_for(config)
+    except ValueError as exc:
+        if type(exc) is not ValueError:  # UnknownFamilyError: not a file problem
+            raise
+        raise InputFileError(f"{model_dir / 'config.json'}: {exc}") from exc
+    with CheckpointReader(model_dir) as ckpt:
+        reader = _PrefixedReader(ckpt, find_prefix(ckpt.keys, adapter, model_dir))
+        try:
+            blocks = [adapter.read_block(b, reader) for b in range(adapter.n_blocks)]
+            extras = adapter.read_extras(reader)
+            layer_attention = adapter.layer_attention()
+        except ValueError as exc:  # shape or config inconsistencies found by the adapter
+            raise InputFileError(f"{model_dir}: {exc}") from exc
+    return ModelWeights(
+        family=adapter.model_type,
+        d_model=adapter.d_model,
+        n_heads=adapter.n_heads,
+        n_layers=adapter.n_layers,
+        blocks=blocks,
+        layer_block=adapter.layer_block(),
+        ln_position=adapter.ln_position,
+        causal=bool(adapter.causal or config.get("is_decoder", False)),
+        attn_scale=adapter.attn_scale,
+        layer_attention=layer_attention,
+        window_size=adapter.window_size,
+        ln_eps=adapter.ln_eps,
+        source=str(model_dir) if source is None else source,
+        revision=_snapshot_revision(model_dir) if revision is None else revision,
+        **extras,
+    )
+
+
+# ----------------------------------------------------------------------------- weights.h5
+
+
+def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
+    """Write ``mw`` to ``path`` atomically in the ``weights.h5`` contract (module doc)."""
+    datasets: dict[str, np.ndarray] = {
+        "F": np.stack([blk.F for blk in mw.blocks]).astype(np.float64),
+        "layer_block": np.asarray(mw.layer_block, dtype=np.int64),
+    }
+    for b, blk in enumerate(mw.blocks):
+        for name in _BLOCK_FIELDS:
+            datasets[f"blocks/{b}/{name}"] = np.asarray(getattr(blk, name), dtype=np.float64)
+    if mw.embedding_projection is not None:
+        datasets["embedding_projection/W"] = np.asarray(mw.embedding_projection, np.float64)
+        bias = mw.embedding_projection_bias
+        datasets["embedding_projection/b"] = np.asarray(
+            np.zeros(mw.d_model) if bias is None else bias, np.float64
+        )
+    attrs: dict[str, Any] = {
+        "source": mw.source,
+        "revision": mw.revision,
+        "family": mw.family,
+        "d_model": int(mw.d_model),
+        "n_heads": int(mw.n_heads),
+        "d_head": int(mw.d_head),
+        "n_layers": int(mw.n_layers),
+        "n_blocks": len(mw.blocks),
+        "shared": bool(mw.shared),
+        "ln_position": mw.ln_position,
+        "causal": bool(mw.causal),
+        "attn_scale": float(mw.attn_scale),
+        "layer_attention": list(mw.layer_attention),
+        "window_size": None if mw.window_size is None else int(mw.window_size),
+        "ln_eps": float(mw.ln_eps),
+        "has_bias": [{k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS} for blk in mw.blocks],
+        "convention": "y = W x + b; W stored (out, in); F = W_O W_V; float64",
+        "format_version": FORMAT_VERSION,
+    }
+    write_h5(path, datasets, attrs)
+
+
+def read_weights_h5(path: str | Path) -> ModelWeights:
+    """Read a ``weights.h5`` back; InputFileError naming ``path`` if it breaks the contract."""
+    path = Path(path)
+    data, attrs = read_h5(path)  # InputFileError for missing/truncated/corrupt files
+
+    def fail(msg: str) -> InputFileError:
+        return InputFileError(f"{path}: {msg} (weights.h5 contract)")
+
+    missing = [a for a in _ROOT_ATTRS if a not in attrs]
+    if missing:
+        raise fail(f"missing root attribute(s) {', '.join(missing)}")
+    if "F" not in data or "layer_block" not in data:
+        raise fail("missing dataset F or layer_block")
+    n_blocks = data["F"].shape[0]
+    try:
+        has_bias = _json_attr(attrs.get("has_bias"), [{}] * n_blocks)
+        layer_attention = _json_attr(attrs["layer_attention"], None)
+        window_size = _json_attr(attrs["window_size"], None)
+    except ValueError as exc:
+        raise fail(f"unparseable JSON attribute ({exc})") from exc
+    blocks = []
+    for b in range(n_blocks):
+        names = [f"blocks/{b}/{name}" for name in _BLOCK_FIELDS]
+        absent = [n for n in names if n not in data]
+        if absent:
+            raise fail(f"missing {', '.join(absent)}")
+        pairs = zip(_BLOCK_FIELDS, names, strict=True)
+        fields = {name: np.asarray(data[n], np.float64) for name, n in pairs}
+        blocks.append(BlockWeights(**fields, has_bias=dict(has_bias[b])))
+    layer_block = np.asarray(data["layer_block"], dtype=np.int64)
+    mw = ModelWeights(
+        family=str(attrs["family"]),
+        d_model=int(attrs["d_model"]),
+        n_heads=int(attrs["n_heads"]),
+        n_layers=int(attrs["n_layers"]),
+        blocks=blocks,
+        layer_block=layer_block,
+        ln_position=str(attrs["ln_position"]),
+        causal=bool(attrs["causal"]),
+        attn_scale=float(attrs["attn_scale"]),
+        layer_attention=list(layer_attention),
+        window_size=None if window_size is None else int(window_size),
+        ln_eps=float(attrs["ln_eps"]),
+        source=str(attrs["source"]),
+        revision=str(attrs["revision"]),
+        embedding_projection=data.get("embedding_projection/W"),
+        embedding_projection_bias=data.get("embedding_projection/b"),
+    )
+    _check_shapes(mw, data["F"], fail)
+    return mw
+
+
+def _json_attr(value: Any, default: Any) -> Any:
+    if value is None:
+        return default
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _check_shapes(mw: ModelWeights, F: np.ndarray, fail: Callable[[str], InputFileError]) -> None:
+    """Consistency of a read-back ModelWeights, so a damaged file fails here, not later."""
+    d, inner = mw.d_model, mw.blocks[0].W_V.shape[0] if mw.blocks else 0
+    if not mw.blocks or F.shape != (len(mw.blocks), d, d):
+        raise fail(f"F has shape {F.shape}, expected ({len(mw.blocks)}, {d}, {d})")
+    if inner % mw.n_heads:
+        raise fail(f"W_V has {inner} rows, not a multiple of n_heads={mw.n_heads}")
+    expect = {
+        "W_Q": (inner, d),
+        "W_K": (inner, d),
+        "W_V": (inner, d),
+        "W_O": (d, inner),
+        "b_Q": (inner,),
+        "b_K": (inner,),
+        "b_V": (inner,),
+        "b_O": (d,),
+        "ln_weight": (d,),
+        "ln_bias": (d,),
+    }
+    for b, blk in enumerate(mw.blocks):
+        for name, shape in expect.items():
+            if getattr(blk, name).shape != shape:
+                raise fail(f"blocks/{b}/{name} has shape {getattr(blk, name).shape}, not {shape}")
+    lb = mw.layer_block
+    if lb.shape != (mw.n_layers,) or (lb.size and (lb.min() < 0 or lb.max() >= len(mw.blocks))):
+        raise fail(f"layer_block {lb.tolist()} inconsistent with {len(mw.blocks)} block(s)")
+    if len(mw.layer_attention) != mw.n_layers:
+        raise fail(f"layer_attention has {len(mw.layer_attention)} entries, not {mw.n_layers}")

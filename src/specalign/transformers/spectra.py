@@ -1,0 +1,242 @@
+"""Spectra of the layer matrices F = W_O W_V: eigenvalues, leading eigenvectors, gaps.
+
+In the power-method view a layer maps a token x to (roughly) normalise(x + eta F x),
+so tokens tilt towards the eigenvector of F whose eigenvalue has the largest REAL part
+(lambda_1): that one maximises |1 + eta lambda| for small eta > 0. The plain power
+method on F itself would instead chase the eigenvalue of largest *modulus*, which for
+trained transformers is often a large negative one (``radius_is_negative``); the shift
+I + eta F repairs that only for eta below the paper's bound (Theorem 3):
+eta < 2 / |lambda_1 + lambda_d| when -lambda_d > lambda_1, lambda_d being the
+eigenvalue with the most negative real part.
+
+Conventions (all computed in float64 with LAPACK ``geev`` via numpy):
+
+* Eigenvalues are sorted by real part descending, ties (a conjugate pair) by imaginary
+  part descending, so lambda_1 of a complex pair has positive imaginary part.
+* Real eigenvalues are those with imaginary part exactly 0: LAPACK returns real
+  eigenvalues of a real matrix with zero imaginary part, and conjugate pairs with
+  exactly opposite ones, so no tolerance is needed.
+* Eigenvectors are scaled to unit 2-norm, then multiplied by a phase that makes their
+  largest-modulus component (first one on ties) real and positive; for a real
+  eigenvalue this fixes the sign, so results are deterministic.
+* ``gap`` = Re lambda_1 - Re lambda_2, or Re lambda_1 - Re lambda_3 when lambda_2 is
+  the conjugate of a complex lambda_1 (as the paper's Fig. 7 does).
+* ``v1`` (complex) is the eigenvector of lambda_1. ``v1_leading_real`` is what
+  propagation's alignment gamma uses: v1 itself when lambda_1 is real, otherwise the
+  eigenvector of the real eigenvalue with the largest real part (NaN if F has no real
+  eigenvalue). When lambda_1 is complex the tilt is towards the real 2-plane spanned by
+  Re v1 and Im v1 (invariant under F); ``v1_plane`` is an orthonormal basis of it
+  (Gram-Schmidt of Re v1 then Im v1; NaN when lambda_1 is real).
+* ``spectral_radius`` = max |lambda|; ``radius_is_negative`` says whether the
+  eigenvalue attaining it has negative real part (ties go to the eigenvalue earliest in
+  the sort order, i.e. the one with the larger real part).
+* ``lambda_I_plus_etaF`` is the dominant (largest-modulus) eigenvalue 1 + eta lambda_k
+  of I + eta F; ``dominant_is_lambda1`` says whether k = 1, i.e. whether the power
+  method on I + eta F converges to v1's direction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .weights import ModelWeights
+
+
+def _order(eigenvalues: np.ndarray) -> np.ndarray:
+    """Sort order: real part descending, then imaginary part descending."""
+    return np.lexsort((-eigenvalues.imag, -eigenvalues.real))
+
+
+def eigvals_fast(F: np.ndarray) -> np.ndarray:
+    """All eigenvalues of ``F`` (complex, float64), sorted as in the module doc.
+
+    Eigenvalues alone (``np.linalg.eigvals``) skip the eigenvector back-substitution,
+    about 2-3x faster than ``eig``; use it when no eigenvector is needed. For the
+    d <= 2048 of the studied models the full ``eig`` is affordable too, so there is no
+    partial (Arnoldi) solver: the sort needs every eigenvalue's real part anyway, which
+    a largest-modulus Krylov method would not deliver for negative-dominated spectra.
+    """
+    lam = np.linalg.eigvals(np.asarray(F, dtype=np.float64))
+    return lam[_order(lam)]
+
+
+def normalise_eigenvector(v: np.ndarray) -> np.ndarray:
+    """Unit 2-norm, phase chosen so the largest-|component| entry is real positive."""
+    v = np.asarray(v, dtype=np.complex128)
+    v = v / np.linalg.norm(v)
+    k = int(np.argmax(np.abs(v)))
+    v = v * (np.conj(v[k]) / np.abs(v[k]))
+    v[k] = np.abs(v[k])  # exactly real, not real up to rounding
+    return v
+
+
+def _plane_basis(v: np.ndarray) -> np.ndarray:
+    """Orthonormal (2, d) basis of span{Re v, Im v} by Gram-Schmidt in that order."""
+    a, b = v.real.copy(), v.imag.copy()
+    e1 = a / np.linalg.norm(a)
+    b = b - (e1 @ b) * e1
+    return np.stack([e1, b / np.linalg.norm(b)])
+
+
+def gap_from_sorted(lam: np.ndarray) -> float:
+    """Re l1 - Re l2, or Re l1 - Re l3 when l2 = conj(l1) (complex leading pair)."""
+    if lam.size < 2:
+        return float("nan")
+    if lam[0].imag != 0:
+        return float(lam[0].real - lam[2].real) if lam.size > 2 else float("nan")
+    return float(lam[0].real - lam[1].real)
+
+
+def eta_bound(lam: np.ndarray) -> float:
+    """The paper's step-size bound 2/|Re l1 + Re ld| if -Re ld > Re l1, else +inf.
+
+    From 1 + eta l1 > |1 + eta ld| for real eigenvalues. For complex eigenvalues the
+    real parts are used, so the bound is the paper's (it ignores imaginary parts);
+    ``dominant_is_lambda1`` in ``spectrum`` is the exact check for a given eta.
+    """
+    l1, ld = float(lam[0].real), float(lam[-1].real)
+    return 2.0 / abs(l1 + ld) if -ld > l1 else float("inf")
+
+
+def spectrum(F: np.ndarray, eta: float, vectors: bool = True) -> dict[str, Any]:
+    """Spectral summary of one layer matrix ``F`` (see the module doc for definitions).
+
+    Returns a dict with ``eigenvalues`` (complex, sorted), ``gap``,
+    ``spectral_radius``, ``radius_is_negative``, ``lambda1_is_complex``,
+    ``lambda_I_plus_etaF`` (complex), ``dominant_is_lambda1``, ``eta_bound`` and, when
+    ``vectors``: ``v1``, ``v2`` (complex, unit, phase-fixed), ``v1_leading_real``
+    (real, the vector propagation's gamma uses) and ``v1_plane`` (2, d). With
+    ``vectors=False`` only eigenvalues are computed (``eigvals_fast``).
+    """
+    F = np.asarray(F, dtype=np.float64)
+    if F.ndim != 2 or F.shape[0] != F.shape[1]:
+        raise ValueError(f"F must be square, got shape {F.shape}")
+    d = F.shape[0]
+    if vectors:
+        lam, vecs = np.linalg.eig(F)
+        order = _order(lam)
+        lam, vecs = lam[order], vecs[:, order]
+    else:
+        lam, vecs = eigvals_fast(F), None
+    complex1 = bool(lam[0].imag != 0)
+    k_rad = int(np.argmax(np.abs(lam)))  # first maximum = larger real part on ties
+    shifted = 1.0 + eta * lam
+    k_dom = int(np.argmax(np.abs(shifted)))
+    out: dict[str, Any] = {
+        "eigenvalues": lam,
+        "gap": gap_from_sorted(lam),
+        "spectral_radius": float(np.abs(lam[k_rad])),
+        "radius_is_negative": bool(lam[k_rad].real < 0),
+        "lambda1_is_complex": complex1,
+        "lambda_I_plus_etaF": complex(shifted[k_dom]),
+        # argmax takes the first maximum, so lambda_1 wins over its conjugate partner.
+        "dominant_is_lambda1": k_dom == 0,
+        "eta_bound": eta_bound(lam),
+    }
+    if vectors:
+        assert vecs is not None
+        v1 = normalise_eigenvector(vecs[:, 0])
+        v2 = normalise_eigenvector(vecs[:, 1]) if d > 1 else np.full(d, np.nan + 0j)
+        real_idx = np.flatnonzero(lam.imag == 0)
+        if not complex1:
+            lead_real = v1.real.copy()
+            plane = np.full((2, d), np.nan)
+        else:
+            lead_real = (
+                normalise_eigenvector(vecs[:, real_idx[0]]).real
+                if real_idx.size
+                else np.full(d, np.nan)
+            )
+            plane = _plane_basis(v1)
+        out.update(
+            v1=v1,
+            v2=v2,
+            v1_leading_real=lead_real,
+            v1_plane=plane,
+            leading_real_index=int(real_idx[0]) if real_idx.size else -1,
+        )
+    return out
+
+
+def spectra_dataset(mw: ModelWeights, eta: float, n_eigs: int | None = None) -> Any:
+    """``spectra.nc`` content for every distinct block of ``mw`` (shared blocks once).
+
+    Dims: ``block`` (distinct F), ``eig`` (the first ``n_eigs`` sorted eigenvalues,
+    all when None), ``component`` (d_model), ``plane`` (2), ``layer``. No complex
+    dtypes (plain netCDF readers cannot read them): complex quantities are split into
+    ``*_real``/``*_imag`` variables, booleans stored as int8 0/1.
+
+    Variables: ``eigenvalues_real``/``_imag`` (block, eig); ``v1_real``, ``v1_imag``,
+    ``v2_real``, ``v2_imag``, ``v1_leading_real`` (block, component); ``v1_plane``
+    (block, plane, component); ``gap``, ``spectral_radius``, ``radius_is_negative``,
+    ``lambda1_is_complex``, ``leading_real_index``, ``lambda_I_plus_etaF_real``/``_imag``,
+    ``dominant_is_lambda1``, ``eta_bound`` (block,); ``layer_block`` (layer,).
+    """
+    import xarray as xr
+
+    d = mw.d_model
+    n = d if n_eigs is None else max(1, min(int(n_eigs), d))
+    per_block = [spectrum(blk.F, eta, vectors=True) for blk in mw.blocks]
+
+    def stack(key: str, part: str | None = None) -> np.ndarray:
+        arr = np.stack([np.asarray(s[key]) for s in per_block])
+        return getattr(arr, part) if part else arr
+
+    lam = stack("eigenvalues")[:, :n]
+    bdims, vdims = ("block",), ("block", "component")
+    shifted = np.array([s["lambda_I_plus_etaF"] for s in per_block])
+    data_vars = {
+        "eigenvalues_real": (("block", "eig"), lam.real),
+        "eigenvalues_imag": (("block", "eig"), lam.imag),
+        "v1_real": (vdims, stack("v1", "real")),
+        "v1_imag": (vdims, stack("v1", "imag")),
+        "v2_real": (vdims, stack("v2", "real")),
+        "v2_imag": (vdims, stack("v2", "imag")),
+        "v1_leading_real": (vdims, stack("v1_leading_real")),
+        "v1_plane": (("block", "plane", "component"), stack("v1_plane")),
+        "gap": (bdims, stack("gap")),
+        "spectral_radius": (bdims, stack("spectral_radius")),
+        "radius_is_negative": (bdims, stack("radius_is_negative").astype(np.int8)),
+        "lambda1_is_complex": (bdims, stack("lambda1_is_complex").astype(np.int8)),
+        "leading_real_index": (bdims, stack("leading_real_index").astype(np.int64)),
+        "lambda_I_plus_etaF_real": (bdims, shifted.real),
+        "lambda_I_plus_etaF_imag": (bdims, shifted.imag),
+        "dominant_is_lambda1": (bdims, stack("dominant_is_lambda1").astype(np.int8)),
+        "eta_bound": (bdims, stack("eta_bound")),
+        "layer_block": (("layer",), np.asarray(mw.layer_block, dtype=np.int64)),
+    }
+    ds = xr.Dataset(
+        data_vars,
+        coords={
+            "block": np.arange(len(mw.blocks)),
+            "eig": np.arange(1, n + 1),
+            "layer": np.arange(mw.n_layers),
+        },
+        attrs={
+            "family": mw.family,
+            "source": mw.source,
+            "revision": mw.revision,
+            "d_model": int(d),
+            "n_heads": int(mw.n_heads),
+            "n_layers": int(mw.n_layers),
+            "n_blocks": len(mw.blocks),
+            "shared": int(mw.shared),
+            "eta": float(eta),
+            "n_eigs": int(n),
+            "ordering": "real part descending, then imaginary part descending",
+            "eigenvector_phase": "unit 2-norm; largest-|component| entry real positive",
+            "gap_definition": "Re l1 - Re l2, or Re l1 - Re l3 if l2 = conj(l1)",
+            "gamma_vector": "v1_leading_real: v1 if lambda_1 real, else leading real eigvec",
+            "eta_bound_definition": "2/|Re l1 + Re ld| if -Re ld > Re l1 else inf",
+        },
+    )
+    ds["eig"].attrs["description"] = "1-based rank of the eigenvalue in the sort order"
+    ds["v1_plane"].attrs["description"] = (
+        "orthonormal basis of span{Re v1, Im v1} when lambda_1 is complex, NaN otherwise"
+    )
+    ds["leading_real_index"].attrs["description"] = (
+        "0-based sorted index of the leading real eigenvalue, -1 if none"
+    )
+    return ds
