@@ -1,0 +1,595 @@
+"""Token propagation through transformer layers and the paper's alignment metrics.
+
+Li & Altafini (arXiv:2605.25619) read one transformer layer, without its feed-forward
+sub-layer and with LayerNorm taken as normalisation onto the sphere, as a step of the
+power method on ``I + eta F_t`` (``F_t = W_O W_V`` of layer t):
+
+    x_i <- normalize(x_i + eta * sum_h sum_j A^h_ij F^h x_j).
+
+This module runs that *simplified* model from the embedding output (Figures 1-6, 8-10),
+the *real* model through ``transformers`` (Figures 11-12), and measures per layer t and
+token i (Section 3, Figures 2, 4, 5):
+
+* ``gamma_t = |corr(x_i^t, v1_t)|``: alignment after layer t with the principal direction
+  v1_t of F_t;
+* ``psi_t = |corr(x_i^t, v1_t)| - |corr(x_i^{t-1}, v1_t)|``: the tilt layer t produces
+  towards its own v1_t;
+* ``rho_t``: the fraction of tokens with ``psi_t > 0``;
+* the same for the mean token of each prompt (``*_mean``), ``|corr(x_i, v2_t)|``,
+  ``|corr(x_i, x_i_proj)|`` and the mean inter-token distance (Figure 4);
+* null levels: the same metrics against random unit directions (several seeded draws,
+  averaged) and against the eigenvector of the most negative eigenvalue of F_t.
+
+Correlation. ``corr="cosine"`` (default) is the cosine of the angle, the quantity the
+power-method analogy is about (tokens on the sphere turning towards v1) and invariant to
+the scale of real hidden states; ``corr="pearson"`` centres both vectors over their d
+components first (the statistical correlation of the coordinate lists, which ignores any
+common offset such as the large constant components of GPT-2's residual stream).
+
+Principal directions. ``v1_t`` is the eigenvector of F_t whose eigenvalue has the largest
+real part when that eigenvalue is real, otherwise the eigenvector of the real eigenvalue
+with the largest real part ("leading real", as ``spectra.py``); ``v2_t`` the next real one;
+``v_neg`` that of the most negative real eigenvalue. Real eigenvalues are those with an
+exactly zero imaginary part (LAPACK ``geev`` returns them so). A direction that does not
+exist (no real eigenvalue) is NaN and so are the metrics that use it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+import xarray as xr
+
+from .weights import BlockWeights, ModelWeights
+
+Corr = Literal["cosine", "pearson"]
+
+__all__ = [
+    "attention_sublayer",
+    "attention_weights",
+    "correlation",
+    "layer_directions",
+    "layer_norm",
+    "principal_directions",
+    "propagation_metrics",
+    "random_prompts",
+    "real_forward_hidden_states",
+    "simplified_forward",
+    "text_prompts",
+    "token_distance",
+]
+
+
+# --------------------------------------------------------------------------- spectra
+
+
+def principal_directions(F: np.ndarray) -> dict[str, Any]:
+    """Real unit directions of one layer matrix F used by the metrics.
+
+    Returns ``v1``, ``v2``, ``v_neg`` (each (d,), NaN when missing) and their eigenvalues
+    ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` plus ``lambda1_is_complex`` (whether the
+    eigenvalue with the largest real part is complex, in which case ``v1`` is the leading
+    *real* eigenvector). Signs are fixed so that the largest-|component| entry is positive.
+
+    ``top2_basis`` (d, 3) is an orthonormal basis, zero-padded to three columns, of the real
+    F-invariant subspace spanned by the real and imaginary parts of the eigenvectors of the
+    first two eigenvalues in the sort order (by real part): span(v1, v2) for a real
+    lambda_1 and lambda_2, the plane of the pair when lambda_1 is complex (lambda_2 is its
+    conjugate), three dimensions when only lambda_2 is complex.
+    """
+    F = np.asarray(F, dtype=np.float64)
+    d = F.shape[0]
+    lam, vecs = np.linalg.eig(F)
+    order = np.lexsort((-lam.imag, -lam.real))
+    lam, vecs = lam[order], vecs[:, order]
+    real = np.flatnonzero(lam.imag == 0)
+
+    def unit(k: int) -> np.ndarray:
+        v = vecs[:, k].real.copy()
+        v /= np.linalg.norm(v)
+        return v if v[np.argmax(np.abs(v))] > 0 else -v
+
+    nan_v = np.full(d, np.nan)
+    out: dict[str, Any] = {"lambda1_is_complex": bool(lam[0].imag != 0)}
+    out["v1"] = unit(real[0]) if real.size >= 1 else nan_v
+    out["lambda_v1"] = float(lam[real[0]].real) if real.size >= 1 else np.nan
+    out["v2"] = unit(real[1]) if real.size >= 2 else nan_v
+    out["lambda_v2"] = float(lam[real[1]].real) if real.size >= 2 else np.nan
+    out["v_neg"] = unit(real[-1]) if real.size >= 1 else nan_v
+    out["lambda_neg"] = float(lam[real[-1]].real) if real.size >= 1 else np.nan
+    if real.size == 0:
+        warnings.warn("F has no real eigenvalue: v1/v2/v_neg are NaN", stacklevel=2)
+    top = vecs[:, : min(2, d)]
+    U, sv, _ = np.linalg.svd(np.concatenate([top.real, top.imag], axis=1), full_matrices=False)
+    rank = int(np.sum(sv > 1e-10 * sv[0]))
+    basis = np.zeros((d, 3))
+    basis[:, :rank] = U[:, :rank]
+    out["top2_basis"] = basis
+    return out
+
+
+def _schedule(mw: ModelWeights, n_layers: int | None) -> list[tuple[int, str]]:
+    """(block index, "global"/"local") for each layer of a possibly prolonged run.
+
+    Layers past ``mw.n_layers`` repeat the last layer (for ALBERT that is the one shared
+    block), as the paper's "artificially prolonged" transformers (Figure 6).
+    """
+    T = mw.n_layers if n_layers is None else int(n_layers)
+    if T < 1:
+        raise ValueError("n_layers must be >= 1")
+    L = mw.n_layers
+    kinds = list(mw.layer_attention) if mw.layer_attention else ["global"] * L
+    return [(int(mw.layer_block[min(t, L - 1)]), kinds[min(t, L - 1)]) for t in range(T)]
+
+
+def layer_directions(mw: ModelWeights, n_layers: int | None = None) -> dict[str, np.ndarray]:
+    """Per-layer directions and eigenvalues (blocks decomposed once): arrays over layers.
+
+    Keys: ``v1``, ``v2``, ``v_neg`` (T, d); ``lambda_v1``, ``lambda_v2``, ``lambda_neg``,
+    ``lambda1_is_complex`` (T,); ``top2_basis`` (T, d, 3) (see :func:`principal_directions`).
+    """
+    sched = _schedule(mw, n_layers)
+    per_block = {b: principal_directions(mw.blocks[b].F) for b in {b for b, _ in sched}}
+    keys = (
+        "v1", "v2", "v_neg", "lambda_v1", "lambda_v2", "lambda_neg", "lambda1_is_complex",
+        "top2_basis",
+    )  # fmt: skip
+    return {k: np.array([per_block[b][k] for b, _ in sched]) for k in keys}
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def layer_norm(X: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """Affine LayerNorm over the last axis (biased variance, as torch.nn.LayerNorm)."""
+    mu = X.mean(axis=-1, keepdims=True)
+    var = ((X - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (X - mu) / np.sqrt(var + eps) * weight + bias
+
+
+def _mask(n: int, causal: bool, kind: str, window: int | None) -> np.ndarray:
+    """(n, n) boolean: True where query i may attend to key j.
+
+    Causal: j <= i. GPT-Neo "local" layers further keep only i - j < window_size (the
+    ``tril(bias) xor tril(bias, -window_size)`` of ``transformers``).
+    """
+    allowed = np.ones((n, n), dtype=bool)
+    if causal:
+        allowed = np.tril(allowed)
+    if kind == "local":
+        if window is None:
+            raise ValueError("a 'local' attention layer needs ModelWeights.window_size")
+        i, j = np.indices((n, n))
+        allowed &= (i - j) < window
+    return allowed
+
+
+def _heads_split(M: np.ndarray, n_heads: int) -> np.ndarray:
+    """(..., n, H*dh) -> (..., H, n, dh)."""
+    *lead, n, hd = M.shape
+    return np.moveaxis(M.reshape(*lead, n, n_heads, hd // n_heads), -2, -3)
+
+
+def _softmax_attention(mw: ModelWeights, blk: BlockWeights, kind: str, Z: np.ndarray) -> np.ndarray:
+    """(P, H, n, n) softmax(attn_scale * Q K^T) from the LayerNorm-scale inputs Z."""
+    Q = _heads_split(Z @ blk.W_Q.T + blk.b_Q, mw.n_heads)
+    K = _heads_split(Z @ blk.W_K.T + blk.b_K, mw.n_heads)
+    scores = mw.attn_scale * (Q @ np.swapaxes(K, -1, -2))
+    allowed = _mask(Z.shape[-2], mw.causal, kind, mw.window_size)
+    scores = np.where(allowed, scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    A = np.exp(scores)
+    return A / A.sum(axis=-1, keepdims=True)
+
+
+def _as_batch(X: np.ndarray, d: int) -> tuple[np.ndarray, bool]:
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 2:
+        return X[None], True
+    if X.ndim != 3 or X.shape[-1] != d:
+        raise ValueError(f"X must be (n_tokens, {d}) or (n_prompts, n_tokens, {d}), got {X.shape}")
+    return X, False
+
+
+def attention_weights(mw: ModelWeights, layer: int, X: np.ndarray) -> np.ndarray:
+    """Real softmax attention of ``layer`` (0-based; past the end repeats the last layer).
+
+    X is the input of the layer's attention sub-layer as the real model sees it: for
+    pre-LN families (GPT-2, GPT-Neo) the residual stream, to which the block's ``ln_1`` is
+    applied here; for post-LN families (BERT, ALBERT) the previous layer's (already
+    normalised) output, used as is. Returns (n_prompts, n_heads, n, n) (no prompt axis if
+    X had none).
+    """
+    Xb, squeeze = _as_batch(X, mw.d_model)
+    b, kind = _schedule(mw, layer + 1)[layer]
+    blk = mw.blocks[b]
+    Z = layer_norm(Xb, blk.ln_weight, blk.ln_bias, mw.ln_eps) if mw.ln_position == "pre" else Xb
+    A = _softmax_attention(mw, blk, kind, Z)
+    return A[0] if squeeze else A
+
+
+def attention_sublayer(mw: ModelWeights, layer: int, X: np.ndarray) -> np.ndarray:
+    """Reconstruction of one real attention sub-layer output, before the residual add.
+
+    ``W_O concat_h(sum_j A^h_ij (W_V^h z_j + b_V^h)) + b_O`` with z = ``ln_1(x)`` for pre-LN
+    families and z = x for post-LN ones (see :func:`attention_weights`). This is what a
+    forward hook sees on BERT's ``attention.output.dense`` or GPT-2's ``attn`` (first
+    output); it checks that the ``ModelWeights`` convention reproduces the checkpoint.
+    X: (n, d) or (n_prompts, n, d); returns the same shape.
+    """
+    Xb, squeeze = _as_batch(X, mw.d_model)
+    b, kind = _schedule(mw, layer + 1)[layer]
+    blk = mw.blocks[b]
+    Z = layer_norm(Xb, blk.ln_weight, blk.ln_bias, mw.ln_eps) if mw.ln_position == "pre" else Xb
+    A = _softmax_attention(mw, blk, kind, Z)
+    V = _heads_split(Z @ blk.W_V.T + blk.b_V, mw.n_heads)
+    ctx = np.moveaxis(A @ V, -3, -2)  # (P, n, H, dh)
+    out = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T + blk.b_O
+    return out[0] if squeeze else out
+
+
+# --------------------------------------------------------------------------- forward
+
+
+def _unit(X: np.ndarray) -> np.ndarray:
+    return X / np.linalg.norm(X, axis=-1, keepdims=True)
+
+
+def _uniform_attention(n: int, causal: bool) -> np.ndarray:
+    """A = 1/n, or for causal models A_ij = 1/i over j <= i (1-based i): the uniform
+    average over the keys a token may see, so the update stays a power-method step on the
+    running mean of the prefix."""
+    if causal:
+        A = np.tril(np.ones((n, n)))
+        return A / A.sum(axis=1, keepdims=True)
+    return np.full((n, n), 1.0 / n)
+
+
+def simplified_forward(
+    mw: ModelWeights,
+    X0: np.ndarray,
+    eta: float,
+    attention: Literal["real", "full"] = "real",
+    n_layers: int | None = None,
+) -> np.ndarray:
+    """The paper's simplified transformer from the embedding output (Section 3).
+
+    ``x_i <- normalize(x_i + eta * sum_h sum_j A^h_ij F^h x_j)`` layer by layer, with F^h
+    from the block of each layer (``mw.layer_block``), no FFN, no biases in the update,
+    and the tokens kept on the unit sphere (the initial embeddings are normalised first;
+    state 0 is that normalised input).
+
+    ``attention="real"``: each layer's real softmax weights
+    ``softmax(attn_scale * (W_Q z + b_Q)(W_K z + b_K)^T)`` per head. The sphere-valued x has
+    no natural scale for the query/key maps, which were trained on LayerNorm outputs, so z
+    is x passed through the layer's own affine LayerNorm (``BlockWeights.ln_weight/ln_bias``:
+    ``ln_1`` for pre-LN, the post-attention LayerNorm for post-LN families) -- the reading
+    that puts the scores at the scale the model was trained with. Causal mask when
+    ``mw.causal``; GPT-Neo "local" layers keep the sliding window.
+
+    ``attention="full"``: A = 1/n (causal models: A_ij = 1/i over j <= i, the local window
+    is ignored); then ``sum_h A F^h = A F`` and each step is a power-method step on
+    ``I + eta F`` applied to the (prefix) mean.
+
+    ``n_layers`` beyond ``mw.n_layers`` prolongs the model by repeating its last layer (the
+    shared layer for ALBERT; Figure 6). Returns (n_layers + 1, n_prompts, n_tokens, d).
+    """
+    X, squeeze = _as_batch(X0, mw.d_model)
+    if squeeze:
+        raise ValueError("X0 must be (n_prompts, n_tokens, d)")
+    if attention not in ("real", "full"):
+        raise ValueError(f"attention must be 'real' or 'full', got {attention!r}")
+    sched = _schedule(mw, n_layers)
+    n = X.shape[1]
+    states = np.empty((len(sched) + 1, *X.shape))
+    X = _unit(X)
+    states[0] = X
+    A_full = _uniform_attention(n, mw.causal) if attention == "full" else None
+    for t, (b, kind) in enumerate(sched):
+        blk = mw.blocks[b]
+        if A_full is not None:
+            drift = (A_full @ X) @ blk.F.T
+        else:
+            Z = layer_norm(X, blk.ln_weight, blk.ln_bias, mw.ln_eps)
+            A = _softmax_attention(mw, blk, kind, Z)
+            # mixing W_V x before W_O costs H d_head d per token instead of H d^2 for F^h
+            V = _heads_split(X @ blk.W_V.T, mw.n_heads)
+            ctx = np.moveaxis(A @ V, -3, -2)
+            drift = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T
+        X = _unit(X + eta * drift)
+        states[t + 1] = X
+    return states
+
+
+def real_forward_hidden_states(
+    model_dir: str | os.PathLike[str],
+    input_ids: np.ndarray,
+    device: str = "cpu",
+    dtype: Any = None,
+    final_norm: bool = False,
+) -> np.ndarray:
+    """Hidden states of the real model (embeddings, FFN, affine LayerNorm), Figures 11-12.
+
+    Loads ``AutoModel`` from a local directory (``local_files_only``: never the network)
+    and runs ``input_ids`` (n_prompts, n_tokens) with ``output_hidden_states=True``.
+    Returns float64 (n_layers + 1, n_prompts, n_tokens, d): state 0 is the embedding output
+    (for ALBERT after the embedding-to-hidden projection), state t the output of layer t.
+    Pre-LN models (GPT-2, GPT-Neo) apply a final ``ln_f`` to their last hidden state;
+    with ``final_norm=False`` (default) it is replaced by the identity so that every state
+    is the residual stream, comparable across layers. ``dtype`` (a torch dtype) defaults
+    to float32; eager attention is used.
+    """
+    import torch
+    from transformers import AutoModel
+
+    ids = np.asarray(input_ids)
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
+    model = AutoModel.from_pretrained(
+        str(model_dir), local_files_only=True, attn_implementation="eager"
+    )
+    model = model.to(device=device, dtype=dtype or torch.float32).eval()
+    if not final_norm and hasattr(model, "ln_f"):
+        model.ln_f = torch.nn.Identity()
+    with torch.no_grad():
+        t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
+        out = model(
+            input_ids=t_ids, attention_mask=torch.ones_like(t_ids), output_hidden_states=True
+        )
+    hs = out.hidden_states
+    if hs is None:
+        raise RuntimeError(f"{type(model).__name__} returned no hidden states")
+    return np.stack([h.detach().to("cpu", torch.float64).numpy() for h in hs])
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def correlation(X: np.ndarray, v: np.ndarray, corr: Corr = "cosine") -> np.ndarray:
+    """Signed correlation of each row of X (..., d) with v (d,) or with matched rows of v.
+
+    ``cosine``: <x, v>/(|x||v|). ``pearson``: the same after subtracting each vector's mean
+    over its d components. Zero-norm vectors give NaN.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    if corr == "pearson":
+        X = X - X.mean(axis=-1, keepdims=True)
+        v = v - v.mean(axis=-1, keepdims=True)
+    elif corr != "cosine":
+        raise ValueError(f"corr must be 'cosine' or 'pearson', got {corr!r}")
+    num = np.einsum("...d,...d->...", X, v)  # no (..., d) temporary for large models
+    den = np.linalg.norm(X, axis=-1) * np.linalg.norm(v, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def token_distance(states: np.ndarray, normalize: bool = True) -> np.ndarray:
+    """Mean pairwise distance ``mean_{i<j} |x_i - x_j|`` per prompt (Figure 4).
+
+    states: (..., n_tokens, d) -> (...). With ``normalize`` the tokens are first put on
+    the unit sphere, so real hidden states and simplified states are on one scale.
+    """
+    X = _unit(states) if normalize else np.asarray(states, dtype=np.float64)
+    n = X.shape[-2]
+    if n < 2:
+        return np.full(X.shape[:-2], np.nan)
+    # via the Gram matrix: an explicit (..., n, n, d) difference array would take
+    # gigabytes for 33 layers x 100 prompts of 2560-dim GPT-Neo tokens
+    G = X @ np.swapaxes(X, -1, -2)
+    sq = np.diagonal(G, axis1=-2, axis2=-1)
+    D = np.sqrt(np.clip(sq[..., :, None] + sq[..., None, :] - 2.0 * G, 0.0, None))
+    iu = np.triu_indices(n, 1)
+    return D[..., iu[0], iu[1]].mean(axis=-1)
+
+
+def _align(S: np.ndarray, dirs: np.ndarray, corr: Corr) -> dict[str, np.ndarray]:
+    """gamma, psi, rho and their mean-token versions of states S (T+1, P, N, d) against
+    per-layer directions dirs (T, d)."""
+    T = S.shape[0] - 1
+    v = dirs[:, None, None, :]
+    after = np.abs(correlation(S[1:], v, corr))  # (T, P, N)
+    before = np.abs(correlation(S[:-1], v, corr))
+    M = S.mean(axis=2)  # (T+1, P, d) mean token of each prompt
+    m_after = np.abs(correlation(M[1:], dirs[:, None, :], corr))
+    m_before = np.abs(correlation(M[:-1], dirs[:, None, :], corr))
+    psi, psi_m = after - before, m_after - m_before
+    with np.errstate(invalid="ignore"):
+        rho = np.where(np.isnan(psi).all(axis=(1, 2)), np.nan, (psi > 0).mean(axis=(1, 2)))
+        rho_m = np.where(np.isnan(psi_m).all(axis=1), np.nan, (psi_m > 0).mean(axis=1))
+    return {
+        "gamma": after.reshape(T, -1),
+        "psi": psi.reshape(T, -1),
+        "rho": rho,
+        "gamma_mean": m_after,
+        "psi_mean": psi_m,
+        "rho_mean": rho_m,
+    }
+
+
+def propagation_metrics(
+    mw: ModelWeights,
+    states: Mapping[str, np.ndarray],
+    corr: Corr = "cosine",
+    n_null_draws: int = 8,
+    seed: int = 0,
+    proj: Literal["top2", "v1"] = "top2",
+    normalize_distance: bool = True,
+) -> xr.Dataset:
+    """All per-layer metrics and null levels for several runs ("modes") of one model.
+
+    ``states`` maps a mode name (e.g. "simplified_real", "simplified_full",
+    "real_model") to states (T_mode + 1, n_prompts, n_tokens, d) as returned by
+    :func:`simplified_forward` / :func:`real_forward_hidden_states`; all modes share the
+    prompts. Layer t is measured against the directions of ``F_t`` (prolonged runs repeat
+    the last layer's); modes shorter than the longest are NaN-padded.
+
+    Dataset layout (dims: ``mode``, ``layer`` = 1..T, ``token`` = prompt-major flattened
+    (prompt, position) with coords ``token_prompt``/``token_position``, ``prompt``,
+    ``state`` = 0..T where state 0 is the input):
+
+    * ``gamma``, ``psi``, ``gamma_v2``, ``corr_proj`` (mode, layer, token)
+    * ``rho``, ``rho_mean`` (mode, layer); ``gamma_mean``, ``psi_mean`` (mode, layer, prompt)
+    * ``token_distance`` (mode, state, prompt)
+    * random-direction nulls, averaged over ``n_null_draws`` unit directions per layer drawn
+      from ``numpy.random.default_rng(seed)`` (the same draws for every mode):
+      ``gamma_null``, ``psi_null`` (mode, layer, token), ``rho_null``, ``rho_mean_null``
+      (mode, layer), ``gamma_mean_null``, ``psi_mean_null`` (mode, layer, prompt)
+    * most-negative-eigenvector nulls with the same dims: ``gamma_neg_null``,
+      ``psi_neg_null``, ``rho_neg_null``, ``gamma_mean_neg_null``, ``psi_mean_neg_null``,
+      ``rho_mean_neg_null``
+    * per-layer eigenvalues ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` and flag
+      ``lambda1_is_complex`` (layer)
+
+    ``corr_proj = |corr(x_i, x_i_proj)|`` with ``x_i_proj`` the orthogonal projection of x_i
+    onto a principal subspace of F_t (Figure 5, third panel). ``proj="v1"`` projects onto
+    span(v1_t); then x_i_proj is a multiple of v1_t and, for cosine correlation,
+    ``corr_proj == gamma`` identically, so it carries no information of its own.
+    ``proj="top2"`` (default) projects onto the real invariant subspace of the two
+    eigenvalues with the largest real part (``top2_basis`` of :func:`principal_directions`:
+    span(v1, v2), or the plane of a complex leading pair), the reading under which the
+    panel measures how much of each token lies in the principal eigenspace.
+
+    The mean token of a prompt is the plain mean of its states (of the raw hidden states
+    for the real model, so larger tokens weigh more).
+    Distances use unit-normalised tokens unless ``normalize_distance=False``.
+    """
+    if not states:
+        raise ValueError("states is empty")
+    if proj not in ("top2", "v1"):
+        raise ValueError(f"proj must be 'top2' or 'v1', got {proj!r}")
+    if n_null_draws < 1:
+        raise ValueError("n_null_draws must be >= 1")
+    shapes = {m: np.asarray(s).shape for m, s in states.items()}
+    base = next(iter(shapes.values()))
+    for m, sh in shapes.items():
+        if len(sh) != 4 or sh[1:] != base[1:] or sh[-1] != mw.d_model:
+            raise ValueError(
+                f"mode {m!r}: states {sh} must be (T+1, n_prompts, n_tokens, {mw.d_model}) "
+                f"with the same prompts as the others {base}"
+            )
+    T = max(sh[0] for sh in shapes.values()) - 1
+    if T < 1:
+        raise ValueError("states need at least one layer (T + 1 >= 2)")
+    P, N, d = base[1:]
+    dirs = layer_directions(mw, T)
+    rng = np.random.default_rng(seed)
+    rand = _unit(rng.standard_normal((n_null_draws, T, d)))
+    if proj == "v1":
+        bases = np.zeros((T, d, 3))
+        bases[:, :, 0] = dirs["v1"]
+    else:
+        bases = dirs["top2_basis"]
+
+    modes = list(states)
+    M = len(modes)
+    per_tok, per_layer = ("mode", "layer", "token"), ("mode", "layer")
+    per_prompt = ("mode", "layer", "prompt")
+    align_dims = {
+        "gamma": per_tok, "psi": per_tok, "rho": per_layer,
+        "gamma_mean": per_prompt, "psi_mean": per_prompt, "rho_mean": per_layer,
+    }  # fmt: skip
+    sizes = {"mode": M, "layer": T, "token": P * N, "prompt": P, "state": T + 1}
+    var_dims: dict[str, tuple[str, ...]] = {}
+    for suffix in ("", "_null", "_neg_null"):
+        var_dims.update({k + suffix: dm for k, dm in align_dims.items()})
+    var_dims.update(gamma_v2=per_tok, corr_proj=per_tok, token_distance=("mode", "state", "prompt"))
+    out = {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in var_dims.items()}
+
+    for mi, mode in enumerate(modes):
+        S = np.asarray(states[mode], dtype=np.float64)
+        Tm = S.shape[0] - 1  # modes may be shorter (the real model is never prolonged)
+        for k, val in _align(S, dirs["v1"][:Tm], corr).items():
+            out[k][mi, :Tm] = val
+        for k, val in _align(S, dirs["v_neg"][:Tm], corr).items():
+            out[k + "_neg_null"][mi, :Tm] = val
+        draws = [_align(S, rand[r, :Tm], corr) for r in range(n_null_draws)]
+        for k in align_dims:
+            out[k + "_null"][mi, :Tm] = np.mean([dr[k] for dr in draws], axis=0)
+        after = S[1:]
+        out["gamma_v2"][mi, :Tm] = np.abs(
+            correlation(after, dirs["v2"][:Tm, None, None, :], corr)
+        ).reshape(Tm, -1)
+        coef = np.einsum("tdk,tpnd->tpnk", bases[:Tm], after)
+        proj_x = np.einsum("tdk,tpnk->tpnd", bases[:Tm], coef)
+        out["corr_proj"][mi, :Tm] = np.abs(correlation(after, proj_x, corr)).reshape(Tm, -1)
+        out["token_distance"][mi, : Tm + 1] = token_distance(S, normalize=normalize_distance)
+
+    data_vars: dict[str, Any] = {k: (var_dims[k], arr) for k, arr in out.items()}
+    for k in ("lambda_v1", "lambda_v2", "lambda_neg"):
+        data_vars[k] = (("layer",), dirs[k].astype(np.float64))
+    data_vars["lambda1_is_complex"] = (("layer",), dirs["lambda1_is_complex"].astype(np.int8))
+    coords = {
+        "mode": modes,
+        "layer": np.arange(1, T + 1),
+        "state": np.arange(T + 1),
+        "prompt": np.arange(P),
+        "token": np.arange(P * N),
+        "token_prompt": ("token", np.repeat(np.arange(P), N)),
+        "token_position": ("token", np.tile(np.arange(N), P)),
+    }
+    return xr.Dataset(
+        data_vars,
+        coords=coords,
+        attrs={
+            "corr": corr,
+            "n_null_draws": int(n_null_draws),
+            "null_seed": int(seed),
+            "proj": proj,
+            "normalize_distance": int(normalize_distance),
+            "family": mw.family,
+            "source": mw.source,
+            "description": (
+                "Li & Altafini (arXiv:2605.25619) alignment metrics: gamma=|corr(x_t, v1_t)|, "
+                "psi=|corr(x_t, v1_t)|-|corr(x_{t-1}, v1_t)|, rho=P(psi>0); *_mean for the "
+                "mean token of each prompt; *_null against random unit directions, "
+                "*_neg_null against the eigenvector of the most negative eigenvalue."
+            ),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def random_prompts(
+    vocab_size: int,
+    n_prompts: int,
+    n_tokens: int,
+    seed: int = 0,
+    special_ids_to_avoid: Iterable[int] = (),
+) -> np.ndarray:
+    """(n_prompts, n_tokens) int64 token ids drawn uniformly from the vocabulary minus
+    ``special_ids_to_avoid`` (the paper's random prompts), reproducible from ``seed``."""
+    avoid = np.unique(np.asarray(list(special_ids_to_avoid), dtype=np.int64))
+    allowed = np.setdiff1d(np.arange(int(vocab_size), dtype=np.int64), avoid)
+    if allowed.size == 0:
+        raise ValueError("no token id left after removing the special ids")
+    rng = np.random.default_rng(seed)
+    return allowed[rng.integers(0, allowed.size, size=(int(n_prompts), int(n_tokens)))]
+
+
+def text_prompts(
+    tokenizer: Any, lines: Iterable[str], n_tokens: int, add_special_tokens: bool = False
+) -> np.ndarray:
+    """(n_prompts, n_tokens) int64: the first ``n_tokens`` token ids of each text line.
+
+    Lines with fewer tokens are skipped, so every prompt has the same length (no padding,
+    whose positions would enter the metrics). ``tokenizer`` is any callable returning a
+    mapping with ``"input_ids"`` (a ``transformers`` tokenizer).
+    """
+    rows = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        ids = list(tokenizer(line, add_special_tokens=add_special_tokens)["input_ids"])
+        if len(ids) >= n_tokens:
+            rows.append(ids[:n_tokens])
+    if not rows:
+        raise ValueError(f"no line has at least {n_tokens} tokens")
+    return np.asarray(rows, dtype=np.int64)
