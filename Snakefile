@@ -7,6 +7,8 @@
 # The DAG runs one way: data -> trained ensembles -> diagnostics -> tables/figures.
 # Targets come from the config (rules/common.smk), so configurations differ in data only.
 
+import re
+
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -20,6 +22,12 @@ if not config:
 
 
 include: "rules/common.smk"
+
+
+wildcard_constraints:
+    experiment="|".join(map(re.escape, EXPERIMENTS)) if EXPERIMENTS else "NO_EXPERIMENT",
+
+
 include: "rules/commutators.smk"
 include: "rules/report.smk"
 

@@ -1,4 +1,4 @@
-# Helpers shared by every rule file: validated config, targets, resources, fingerprints.
+# Helpers shared by the rule files (validated config, targets, resources, fingerprints).
 
 import json
 from pathlib import Path
@@ -20,10 +20,7 @@ config.update(_validated)
 
 EXPERIMENTS = sorted(config["commutators"]["experiments"])
 
-wildcard_constraints:
-    experiment="|".join(EXPERIMENTS) if EXPERIMENTS else "NO_EXPERIMENT",
-
-
+CONDA_ENV = "../envs/specalign.yaml"
 THREADS = config["threads"]
 GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
@@ -64,7 +61,7 @@ def exp_json(part):
             keys = ["kind", "dataset", "source", "n_train", "n_diag", "data_seed",
                     "test_fraction", "split_seed"]
         elif part == "train":
-            keys = ["kind", "hidden", "width", "seeds", "seed_start", "rescale", "training",
+            keys = ["name", "kind", "hidden", "width", "seeds", "seed_start", "rescale", "training",
                     "dataset", "source"]
         else:
             raise ValueError(part)
@@ -105,7 +102,11 @@ def commutator_targets():
     return (
         diagnostics_files()
         + [f"results/tables/commutators/{t}.csv" for t in TABLES]
-        + [f"results/figures/commutators/{f}.png" for f in FIGURES]
+        + expand(
+            "results/figures/commutators/{figure}.{fmt}",
+            figure=FIGURES,
+            fmt=config["plots"]["formats"],
+        )
         + ["results/reproduction.md"]
     )
 

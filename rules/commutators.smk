@@ -1,7 +1,8 @@
 # The commutator study (Nyström, arXiv:2608.22910, Sections 3-5, 9, 10):
 # data -> batched training -> commutator diagnostics -> tables, figures.
 
-TABLES = ["table1", "table2", "table3", "table4", "table5", "table6"]
+# Paper Tables 1-6, the numbers quoted in its text, and the Sec. 10.7 identity residuals.
+TABLES = ["table1", "table2", "table3", "table4", "table5", "table6", "text", "residuals"]
 FIGURES = ["figure1", "figure2", "figure3", "figure4", "figure5"]
 
 
@@ -19,6 +20,8 @@ rule download_data:
     params:
         mirror=config["data"]["mirror"],
         kernel=kernel_hash("data"),
+    conda:
+        CONDA_ENV
     log:
         "logs/download_data/{filename}.log",
     script:
@@ -33,6 +36,8 @@ rule prepare_data:
     params:
         experiment=exp_json("data"),
         kernel=kernel_hash("data"),
+    conda:
+        CONDA_ENV
     log:
         "logs/commutators/{experiment}/prepare_data.log",
     script:
@@ -50,6 +55,8 @@ rule train_ensemble:
     threads: THREADS
     resources:
         **gpu_resources(),
+    conda:
+        CONDA_ENV
     log:
         "logs/commutators/{experiment}/train_ensemble.log",
     benchmark:
@@ -69,6 +76,8 @@ rule commutators:
     threads: THREADS
     resources:
         mem_mb=MEM_MB,
+    conda:
+        CONDA_ENV
     log:
         "logs/commutators/{experiment}/commutators.log",
     benchmark:
@@ -85,6 +94,8 @@ rule commutator_tables:
         md=expand("results/tables/commutators/{table}.md", table=TABLES),
     params:
         kernel=kernel_hash("tables"),
+    conda:
+        CONDA_ENV
     log:
         "logs/commutators/tables.log",
     script:
@@ -104,6 +115,8 @@ rule commutator_figure:
     params:
         plots=canonical_json(config["plots"]),
         kernel=kernel_hash("plots"),
+    conda:
+        CONDA_ENV
     log:
         "logs/commutators/{figure}.log",
     script:

