@@ -29,6 +29,7 @@ wildcard_constraints:
 
 
 include: "rules/commutators.smk"
+include: "rules/transformers.smk"
 include: "rules/report.smk"
 
 

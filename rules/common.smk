@@ -22,6 +22,10 @@ EXPERIMENTS = sorted(config["commutators"]["experiments"])
 
 CONDA_ENV = "../envs/specalign.yaml"
 THREADS = config["threads"]
+MODEL_CACHE = config["transformers"]["cache"]
+MODELS = sorted(config["transformers"]["models"])
+RANDOM_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "random"]
+FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS]
 GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
@@ -40,8 +44,35 @@ KERNELS = {
         "specalign.io",
     ],
     "tables": ["specalign.tables", "specalign.paper"],
+    "models": ["specalign.transformers.sources"],
+    "extract": [
+        "specalign.transformers.families",
+        "specalign.transformers.extract",
+        "specalign.transformers.weights",
+        "specalign.io",
+    ],
+    "spectra": ["specalign.transformers.spectra", "specalign.transformers.extract"],
+    "propagate": [
+        "specalign.transformers.propagate",
+        "specalign.transformers.study",
+        "specalign.transformers.extract",
+    ],
+    "steer": [
+        "specalign.transformers.steer",
+        "specalign.transformers.propagate",
+        "specalign.transformers.study",
+        "specalign.transformers.extract",
+    ],
+    "sphere": ["specalign.transformers.sphere", "specalign.transformers.study"],
     "plots": ["specalign.plots", "specalign.paper"],
 }
+
+
+def name_regex(names):
+    """A wildcard constraint matching exactly the given names (never an empty regex)."""
+    import re
+
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
 def kernel_hash(step):
@@ -111,5 +142,14 @@ def commutator_targets():
     )
 
 
+def transformer_targets():
+    if not MODELS:
+        return []
+    per_model = ["weights.h5", "spectra.nc", "propagation.nc", "steering.nc"]
+    return [f"results/transformers/{m}/{f}" for m in MODELS for f in per_model] + [
+        "results/transformers/sphere/sphere.nc"
+    ]
+
+
 def all_targets():
-    return commutator_targets()
+    return commutator_targets() + transformer_targets()

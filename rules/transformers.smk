@@ -1,0 +1,150 @@
+# The transformer study (Li & Altafini, arXiv:2605.25619): model folders -> weights.h5
+# -> spectra.nc; propagation.nc and steering.nc; sphere dynamics; tables, figures.
+
+
+localrules:
+    fetch_model,
+
+
+rule fetch_model:
+    # A local rule: hub downloads need the internet, which compute nodes often lack.
+    # package/local sources only record where the model folder is.
+    output:
+        f"{MODEL_CACHE}/{{model}}/manifest.json",
+    wildcard_constraints:
+        model=name_regex(FETCHED_MODELS),
+    params:
+        spec=lambda w: canonical_json(config["transformers"]["models"][w.model]),
+        # hub snapshots share one Hugging Face cache beside the per-model manifests
+        cache=lambda w, output: str(Path(output[0]).parents[1] / "hub"),
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/fetch_model.log",
+    script:
+        "../scripts/fetch_model.py"
+
+
+rule random_model:
+    # The null baseline: the configuration of another model with random weights.
+    input:
+        lambda w: f"{MODEL_CACHE}/{config['transformers']['models'][w.model]['like']}/manifest.json",
+    output:
+        f"{MODEL_CACHE}/{{model}}/manifest.json",
+    wildcard_constraints:
+        model=name_regex(RANDOM_MODELS),
+    params:
+        seed=lambda w: config["transformers"]["models"][w.model]["seed"],
+        kernel=kernel_hash("models"),
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/random_model.log",
+    script:
+        "../scripts/random_model.py"
+
+
+rule extract_weights:
+    input:
+        f"{MODEL_CACHE}/{{model}}/manifest.json",
+    output:
+        "results/transformers/{model}/weights.h5",
+    params:
+        kernel=kernel_hash("extract"),
+    resources:
+        mem_mb=MEM_MB,
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/extract_weights.log",
+    benchmark:
+        "benchmarks/transformers/{model}/extract_weights.tsv"
+    script:
+        "../scripts/extract_weights.py"
+
+
+rule spectra:
+    input:
+        "results/transformers/{model}/weights.h5",
+    output:
+        "results/transformers/{model}/spectra.nc",
+    params:
+        eta=config["transformers"]["eta"],
+        kernel=kernel_hash("spectra"),
+    threads: THREADS
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/spectra.log",
+    benchmark:
+        "benchmarks/transformers/{model}/spectra.tsv"
+    script:
+        "../scripts/spectra.py"
+
+
+rule propagate:
+    input:
+        weights="results/transformers/{model}/weights.h5",
+        manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
+    output:
+        "results/transformers/{model}/propagation.nc",
+    params:
+        settings=canonical_json(
+            {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
+        ),
+        kernel=kernel_hash("propagate"),
+    threads: THREADS
+    resources:
+        **gpu_resources(),
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/propagate.log",
+    benchmark:
+        "benchmarks/transformers/{model}/propagate.tsv"
+    script:
+        "../scripts/propagate.py"
+
+
+rule steer:
+    input:
+        weights="results/transformers/{model}/weights.h5",
+        manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
+    output:
+        "results/transformers/{model}/steering.nc",
+    params:
+        settings=canonical_json(
+            {
+                "eta": config["transformers"]["eta"],
+                "prompts": config["transformers"]["prompts"],
+                "steering": config["transformers"]["steering"],
+                "null_draws": config["transformers"]["propagation"]["null_draws"],
+            }
+        ),
+        kernel=kernel_hash("steer"),
+    threads: THREADS
+    resources:
+        **gpu_resources(),
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/steer.log",
+    benchmark:
+        "benchmarks/transformers/{model}/steer.tsv"
+    script:
+        "../scripts/steer.py"
+
+
+rule sphere_dynamics:
+    output:
+        "results/transformers/sphere/sphere.nc",
+    params:
+        settings=canonical_json(config["transformers"]["sphere"]),
+        kernel=kernel_hash("sphere"),
+    threads: THREADS
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/sphere_dynamics.log",
+    script:
+        "../scripts/sphere_dynamics.py"
