@@ -38,6 +38,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from specalign.plots.commutators import save_figure
+from specalign.transformer_tables import (
+    is_random_model,
+    layer_eigenvalues,
+    leading_vector_overlaps,
+    mode_view,
+    random_unit_overlap,
+    relative_gaps,
+)
 
 __all__ = [
     "alignment_figure",
@@ -70,24 +78,8 @@ _RANDOM_SUFFIX = "_random"
 # --------------------------------------------------------------------------- helpers
 
 
-def random_unit_overlap(d: int) -> float:
-    """E|<u, v>| for independent uniform unit vectors in R^d (exact).
-
-    ``Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))``, which is ``sqrt(2/(pi d))`` to leading
-    order (relative error ~1/(4d)); by rotation invariance it is also E|cos(x, r)| for
-    any fixed x and a uniform random r, i.e. the random-direction null of gamma.
-    """
-    if d < 1:
-        raise ValueError("d must be >= 1")
-    return float(math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi))
-
-
-def _is_random_model(name: str) -> bool:
-    return name.endswith(_RANDOM_SUFFIX)
-
-
 def _base_name(name: str) -> str:
-    return name[: -len(_RANDOM_SUFFIX)] if _is_random_model(name) else name
+    return name[: -len(_RANDOM_SUFFIX)] if is_random_model(name) else name
 
 
 def _nanstats(da: xr.DataArray, dim: str) -> tuple[np.ndarray, np.ndarray]:
@@ -104,24 +96,6 @@ def _nanmean(x: np.ndarray | xr.DataArray) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return float(np.nanmean(np.asarray(x, dtype=float)))
-
-
-def _mode_data(prop: xr.Dataset, mode: str) -> xr.Dataset | None:
-    """``prop`` at one mode, cut to the layers that mode has (modes are NaN-padded to the
-    longest, e.g. the prolonged run); None when the mode is absent.
-
-    A layer exists when its random-direction null is finite somewhere: the null is
-    defined for every computed layer, whereas gamma is NaN at a real layer too when F_t
-    has no real eigenvector.
-    """
-    if "mode" not in prop.dims or mode not in [str(m) for m in prop["mode"].values]:
-        return None
-    ds = prop.sel(mode=mode)
-    ok = np.isfinite(ds["gamma_null"].values).any(axis=ds["gamma_null"].get_axis_num("token"))
-    if not ok.any():
-        return None
-    last = int(np.flatnonzero(ok)[-1])
-    return ds.isel(layer=slice(0, last + 1), state=slice(0, last + 2))
 
 
 def _modes(prop: xr.Dataset) -> list[str]:
@@ -196,35 +170,6 @@ def _neg_line(ax: Axes, x: np.ndarray, da: xr.DataArray, dim: str | None, label:
     m = _nanstats(da, dim)[0] if dim else np.asarray(da.values, dtype=float)
     ax.plot(x, m, color=_NEG, linestyle=":", lw=1.4, label=label)
     return _nanmean(m)
-
-
-def _per_layer_spectra(spectra: xr.Dataset) -> xr.Dataset:
-    """The block variables of ``spectra`` indexed by (0-based) layer through layer_block."""
-    return spectra.drop_dims("layer", errors="ignore").isel(
-        block=xr.DataArray(np.asarray(spectra["layer_block"].values, dtype=int), dims="layer")
-    )
-
-
-def layer_eigenvalues(spectra: xr.Dataset, n: int = _N_EIGS) -> np.ndarray:
-    """Complex (n_layers, n) array of lambda_1..n of each layer's F (NaN past ``n_eigs``)."""
-    per = _per_layer_spectra(spectra)
-    lam = per["eigenvalues_real"].values + 1j * per["eigenvalues_imag"].values
-    out = np.full((lam.shape[0], n), np.nan + 0j)
-    k = min(n, lam.shape[1])
-    out[:, :k] = lam[:, :k]
-    return out
-
-
-def leading_vector_overlaps(spectra: xr.Dataset) -> np.ndarray:
-    """|<v1_t, v1_{t+1}>| for t = 1..T-1 between consecutive layers' leading real
-    eigenvectors (``v1_leading_real``, the direction gamma uses), each renormalised.
-
-    Shared blocks give exactly 1; a layer without a real eigenvector gives NaN.
-    """
-    V = np.asarray(_per_layer_spectra(spectra)["v1_leading_real"].values, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        V = V / np.linalg.norm(V, axis=1, keepdims=True)
-    return np.abs(np.einsum("td,td->t", V[:-1], V[1:]))
 
 
 def _d_model(spectra: xr.Dataset) -> int:
@@ -362,7 +307,7 @@ def alignment_figure(
     (dashed, band = sd over tokens) and the most-negative-eigenvector null (dotted).
     None when ``mode`` is not in ``prop``.
     """
-    ds = _mode_data(prop, mode)
+    ds = mode_view(prop, mode)
     if ds is None:
         return None
     x = ds["layer"].values
@@ -438,7 +383,7 @@ def correlations_figure(
     value for a random 2-plane, exactly (pi/2) times the 1-D null under cosine
     correlation). None when ``mode`` is absent.
     """
-    ds = _mode_data(prop, mode)
+    ds = mode_view(prop, mode)
     if ds is None:
         return None
     x = ds["layer"].values
@@ -537,7 +482,7 @@ def token_distance_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str]:
         axes = np.atleast_1d(fig.subplots(1, n_panels))
         for ax, group in zip(axes, [g for g in (short, long_) if g], strict=True):
             for mode in group:
-                ds = _mode_data(prop, mode)
+                ds = mode_view(prop, mode)
                 if ds is None:
                     continue
                 m, s = _nanstats(ds["token_distance"], "prompt")
@@ -587,11 +532,11 @@ def prolonged_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | None:
     sin(angle to v1) on a log scale, where a power-method convergence is a straight line.
     None when ``prop`` has no prolonged mode."""
     long_ = [m for m in _modes(prop) if m.startswith("prolonged")]
-    data = {m: _mode_data(prop, m) for m in long_}
+    data = {m: mode_view(prop, m) for m in long_}
     data = {m: d for m, d in data.items() if d is not None}
     if not data:
         return None
-    base = _mode_data(prop, "simplified_real")
+    base = mode_view(prop, "simplified_real")
     depth = int(base.sizes["layer"]) if base is not None else None
     pal = dict(zip(data, sns.color_palette("colorblind", len(data)), strict=True))
     finals: dict[str, float] = {}
@@ -664,7 +609,7 @@ def steering_figure(steer: xr.Dataset, model: str) -> tuple[Figure, str]:
         ax_u, ax_rel = axes[0]
         ax_g, ax_r = axes[1]
         for k, method in enumerate(methods):
-            sub = steer.sel(method=method)
+            sub = steer.sel({"method": method})
             off = pos + (k - (len(methods) - 1) / 2) * width
             for v, marker, fill in (("original", "o", "none"), ("steered", "D", pal[method])):
                 m, s = _nanstats(sub["gamma_u"].sel(variant=v), "token")
@@ -722,7 +667,7 @@ def steering_figure(steer: xr.Dataset, model: str) -> tuple[Figure, str]:
             ax_p, ax_blank = axes[2]
             ax_blank.set_axis_off()
             for k, method in enumerate(methods):
-                sub = steer.sel(method=method)
+                sub = steer.sel({"method": method})
                 dp = sub["p_after"] - sub["p_before"]
                 m, s = _nanstats(dp, "prompt")
                 off = pos + (k - (len(methods) - 1) / 2) * width
@@ -741,7 +686,7 @@ def steering_figure(steer: xr.Dataset, model: str) -> tuple[Figure, str]:
     rows = []
     for method in methods:
         for c in cs:
-            sub = steer.sel(method=method, c=c)
+            sub = steer.sel({"method": method, "c": c})
             rows.append(
                 f"{method} c={c:g}: {_nanmean(sub['gamma_u'].sel(variant='original')):.3f} -> "
                 f"{_nanmean(sub['gamma_u'].sel(variant='steered')):.3f} "
@@ -782,7 +727,7 @@ def corr_choice_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | Non
         for col, (name, suffix) in enumerate(((corr, ""), (other, f"_{other}"))):
             ax_g, ax_r = axes[0, col], axes[1, col]
             for mode in modes:
-                ds = _mode_data(prop, mode)
+                ds = mode_view(prop, mode)
                 if ds is None:
                     continue
                 x = ds["layer"].values
@@ -828,12 +773,12 @@ def corr_choice_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | Non
 def _panel_groups(models: Sequence[str]) -> list[tuple[str, list[str]]]:
     """(panel model, [random-weight companions]) for every trained model; a random
     model without a trained partner gets its own panel."""
-    trained = [m for m in models if not _is_random_model(m)]
+    trained = [m for m in models if not is_random_model(m)]
     groups = [
-        (m, [r for r in models if _is_random_model(r) and _base_name(r) == m]) for m in trained
+        (m, [r for r in models if is_random_model(r) and _base_name(r) == m]) for m in trained
     ]
     paired = {r for _, rs in groups for r in rs}
-    groups += [(r, []) for r in models if _is_random_model(r) and r not in paired]
+    groups += [(r, []) for r in models if is_random_model(r) and r not in paired]
     return groups
 
 
@@ -879,11 +824,11 @@ def spectrum_overview_figure(
                         lw=0.9,
                         label=r if i == 0 else None,
                     )
-            rel = _relative_gaps(spectra_by_model[name])
+            rel = relative_gaps(spectra_by_model[name])
             small = float(np.mean(rel < 0.1)) if rel.size else float("nan")
             notes.append(f"{name}: {small:.0%} of layers with gap/|lambda_1| < 0.1")
             for r in randoms:
-                rr = _relative_gaps(spectra_by_model[r])
+                rr = relative_gaps(spectra_by_model[r])
                 notes.append(f"{r}: {float(np.mean(rr < 0.1)):.0%}")
             ax.set_title(name)
             ax.set_xlabel("layer $t$")
@@ -904,14 +849,6 @@ def spectrum_overview_figure(
     return fig, caption
 
 
-def _relative_gaps(spectra: xr.Dataset) -> np.ndarray:
-    """gap / |lambda_1| per layer (the scale-free gap of claim 3)."""
-    per = _per_layer_spectra(spectra)
-    lam1 = np.hypot(per["eigenvalues_real"].values[:, 0], per["eigenvalues_imag"].values[:, 0])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(per["gap"].values, dtype=float) / lam1
-
-
 def eigvec_continuity_figure(
     spectra_by_model: Mapping[str, xr.Dataset],
 ) -> tuple[Figure, str] | None:
@@ -923,7 +860,7 @@ def eigvec_continuity_figure(
     }
     if not series:
         return None
-    trained = [m for m in series if not _is_random_model(m)]
+    trained = [m for m in series if not is_random_model(m)]
     pal = dict(zip(trained, sns.color_palette("colorblind", max(len(trained), 1)), strict=False))
     dims = sorted({_d_model(spectra_by_model[m]) for m in series})
     notes = []
@@ -932,7 +869,7 @@ def eigvec_continuity_figure(
         ax = fig.subplots()
         for m, ov in series.items():
             x = np.arange(1, ov.size + 1)
-            if _is_random_model(m):
+            if is_random_model(m):
                 ax.plot(x, ov, color=_RANDOM_MODEL, ls="--", marker="x", ms=4, label=m)
             else:
                 ax.plot(x, ov, color=pal[m], marker="o", ms=4, label=m)

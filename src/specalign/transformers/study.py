@@ -199,13 +199,18 @@ def input_embedding(model_dir: str | Path, mw: ModelWeights, token_id: int) -> n
     return e
 
 
-def target_token(model_dir: str | Path, text: str) -> int:
+def target_token(model_dir: str | Path, text: str, token_id: int | None = None) -> int:
+    """The steering target's token id: ``token_id`` when given, else the first token of
+    ``text`` under the model's tokenizer."""
+    if token_id is not None:
+        return int(token_id)
     tok = _tokenizer(model_dir)
-    if tok is None:
-        raise io.InputFileError(f"{model_dir}: no tokenizer to encode the target {text!r}")
-    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ids = tok(text, add_special_tokens=False)["input_ids"] if tok is not None else []
     if not ids:
-        raise ValueError(f"the target text {text!r} encodes to no token")
+        raise io.InputFileError(
+            f"{model_dir}: cannot encode the steering target {text!r} (no usable tokenizer); "
+            "set transformers.steering.target_id to a token id instead"
+        )
     return int(ids[0])
 
 
@@ -238,7 +243,7 @@ def steering_dataset(
     ``p_before``, ``p_after`` (method, c, prompt): the probability of the target token as
     the next token through the LM head, before and after the change (NaN otherwise).
     """
-    token_id = target_token(model_dir, cfg["target_text"])
+    token_id = target_token(model_dir, cfg["target_text"], cfg.get("target_id"))
     e = input_embedding(model_dir, mw, token_id)
     u = e / np.linalg.norm(e)
     hidden0 = propagate.real_forward_hidden_states(model_dir, ids, device=device)[0]
