@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-
 from test_pipeline import _run, planned_jobs
 
 pytestmark = pytest.mark.pipeline
