@@ -7,8 +7,6 @@
 # The DAG runs one way: data -> trained ensembles -> diagnostics -> tables/figures.
 # Targets come from the config (rules/common.smk), so configurations differ in data only.
 
-import re
-
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -25,7 +23,8 @@ include: "rules/common.smk"
 
 
 wildcard_constraints:
-    experiment="|".join(map(re.escape, EXPERIMENTS)) if EXPERIMENTS else "NO_EXPERIMENT",
+    experiment=name_regex(EXPERIMENTS),
+    model=name_regex(MODELS),
 
 
 include: "rules/commutators.smk"

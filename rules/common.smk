@@ -10,6 +10,7 @@ from specalign.config import (
     experiment_config,
     validate_config,
 )
+from specalign.plots.transformers import MODEL_FIGURES
 
 try:
     _validated = validate_config(config, schema=None)
@@ -64,7 +65,10 @@ KERNELS = {
         "specalign.transformers.extract",
     ],
     "sphere": ["specalign.transformers.sphere", "specalign.transformers.study"],
-    "plots": ["specalign.plots", "specalign.paper"],
+    "plots": ["specalign.plots.commutators", "specalign.tables", "specalign.paper"],
+    "transformer_plots": ["specalign.plots.transformers", "specalign.transformer_tables"],
+    "transformer_tables": ["specalign.transformer_tables", "specalign.tables"],
+    "report": ["specalign.tables", "specalign.paper", "specalign.transformer_tables"],
 }
 
 
@@ -138,18 +142,36 @@ def commutator_targets():
             figure=FIGURES,
             fmt=config["plots"]["formats"],
         )
-        + ["results/reproduction.md"]
     )
+
+
+OVERVIEW_FIGURES = ["figure7_spectra", "figure9_eigvec_continuity", "figure13", "figure14"]
+
+
+def random_twin_spectra(wildcards):
+    """The spectra of the model's random-weight twin (`{model}_random`), if configured."""
+    twin = f"{wildcards.model}_random"
+    return [f"results/transformers/{twin}/spectra.nc"] if twin in MODELS else []
 
 
 def transformer_targets():
     if not MODELS:
         return []
     per_model = ["weights.h5", "spectra.nc", "propagation.nc", "steering.nc"]
-    return [f"results/transformers/{m}/{f}" for m in MODELS for f in per_model] + [
-        "results/transformers/sphere/sphere.nc"
-    ]
+    fmts = config["plots"]["formats"]
+    return (
+        [f"results/transformers/{m}/{f}" for m in MODELS for f in per_model]
+        + expand("results/figures/transformers/{m}/{s}.{f}", m=MODELS, s=MODEL_FIGURES, f=fmts)
+        + expand(
+            "results/tables/transformers/{m}/{t}.csv",
+            m=MODELS,
+            t=["eigenvalues", "propagation", "steering"],
+        )
+        + expand("results/figures/transformers/{s}.{f}", s=OVERVIEW_FIGURES, f=fmts)
+        + ["results/tables/transformers/sphere.csv"]
+    )
 
 
 def all_targets():
-    return commutator_targets() + transformer_targets()
+    targets = commutator_targets() + transformer_targets()
+    return targets + ["results/reproduction.md"] if targets else []

@@ -1,14 +1,21 @@
-# Reproduction report: every paper number beside ours.
+# results/reproduction.md: every number of both papers beside ours.
 
 
 rule reproduction:
     input:
         diagnostics=diagnostics_files(),
-        tables=expand("results/tables/commutators/{table}.csv", table=TABLES),
+        tables=expand("results/tables/commutators/{table}.csv", table=TABLES)
+        if EXPERIMENTS
+        else [],
+        spectra=expand("results/transformers/{model}/spectra.nc", model=MODELS),
+        propagation=expand("results/transformers/{model}/propagation.nc", model=MODELS),
+        steering=expand("results/transformers/{model}/steering.nc", model=MODELS),
+        sphere=["results/transformers/sphere/sphere.nc"] if MODELS else [],
     output:
         "results/reproduction.md",
     params:
-        kernel=kernel_hash("tables"),
+        models=MODELS,
+        kernel=kernel_hash("report"),
     conda:
         CONDA_ENV
     log:

@@ -148,3 +148,71 @@ rule sphere_dynamics:
         "logs/transformers/sphere_dynamics.log",
     script:
         "../scripts/sphere_dynamics.py"
+
+
+rule transformer_model_figures:
+    input:
+        spectra="results/transformers/{model}/spectra.nc",
+        propagation="results/transformers/{model}/propagation.nc",
+        steering="results/transformers/{model}/steering.nc",
+        null_spectra=random_twin_spectra,
+    output:
+        expand(
+            "results/figures/transformers/{{model}}/{stem}.{fmt}",
+            stem=MODEL_FIGURES,
+            fmt=config["plots"]["formats"],
+        ),
+    params:
+        plots=canonical_json(config["plots"]),
+        kernel=kernel_hash("transformer_plots"),
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/figures.log",
+    script:
+        "../scripts/transformer_model_figures.py"
+
+
+rule transformer_model_tables:
+    input:
+        spectra="results/transformers/{model}/spectra.nc",
+        propagation="results/transformers/{model}/propagation.nc",
+        steering="results/transformers/{model}/steering.nc",
+    output:
+        expand(
+            "results/tables/transformers/{{model}}/{table}.{ext}",
+            table=["eigenvalues", "propagation", "steering"],
+            ext=["csv", "md"],
+        ),
+    params:
+        kernel=kernel_hash("transformer_tables"),
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/{model}/tables.log",
+    script:
+        "../scripts/transformer_model_tables.py"
+
+
+rule transformer_overview:
+    # Cross-model figures (paper Figs 7 and our reading of 9) and the sphere (13, 14).
+    input:
+        spectra=expand("results/transformers/{model}/spectra.nc", model=MODELS),
+        sphere="results/transformers/sphere/sphere.nc",
+    output:
+        figures=expand(
+            "results/figures/transformers/{stem}.{fmt}",
+            stem=OVERVIEW_FIGURES,
+            fmt=config["plots"]["formats"],
+        ),
+        sphere_table=multiext("results/tables/transformers/sphere", ".csv", ".md"),
+    params:
+        plots=canonical_json(config["plots"]),
+        models=MODELS,
+        kernel=kernel_hash("transformer_plots"),
+    conda:
+        CONDA_ENV
+    log:
+        "logs/transformers/overview.log",
+    script:
+        "../scripts/transformer_overview.py"

@@ -42,6 +42,7 @@ def transformer_run(repo, tmp_path_factory):
             "steering": {"target_id": 37, "c": [1.0, 2.0]},
             "sphere": {"steps": 40},
         },
+        "plots": {"formats": ["png"], "dpi": 50},
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     _run(repo, workdir)
@@ -101,6 +102,22 @@ def test_sphere_contract(transformer_run):
         assert float(ds["jacobian_max_abs_diff"].max()) < 1e-10
 
 
+def test_figures_tables_report(transformer_run):
+    from specalign.plots.transformers import MODEL_FIGURES
+
+    workdir, cfg = transformer_run
+    res = workdir / "results"
+    for name in cfg["transformers"]["models"]:
+        for stem in MODEL_FIGURES:
+            assert (res / "figures" / "transformers" / name / f"{stem}.png").exists(), stem
+        for table in ("eigenvalues", "propagation", "steering"):
+            assert (res / "tables" / "transformers" / name / f"{table}.csv").exists()
+    for stem in ("figure7_spectra", "figure9_eigvec_continuity", "figure13", "figure14"):
+        assert (res / "figures" / "transformers" / f"{stem}.png").exists()
+    text = (res / "reproduction.md").read_text()
+    assert "Li & Altafini" in text and "tiny_gpt2" in text
+
+
 def test_second_run_does_nothing(repo, transformer_run):
     workdir, _ = transformer_run
     assert planned_jobs(repo, workdir) == {}
@@ -115,4 +132,5 @@ def test_eta_change_reruns_transformer_rules_only(repo, transformer_run, tmp_pat
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(repo, work)
     assert "extract_weights" not in jobs and "fetch_model" not in jobs
-    assert jobs.get("spectra") == 3 and jobs.get("propagate") == 3
+    assert jobs.get("spectra") == 3 and jobs.get("propagate") == 3 and jobs.get("steer") == 3
+    assert "sphere_dynamics" not in jobs  # its eta is transformers.sphere.eta

@@ -112,8 +112,8 @@ def _save(made, tmp_path, stem):
     assert made is not None
     fig, caption = made
     assert isinstance(caption, str) and "null" in caption.lower()
-    paths = ptf.save_figure(fig, tmp_path / stem, formats=("png",), dpi=40)
-    assert paths[0].exists() and paths[0].stat().st_size > 1000
+    paths = ptf.save_figure(fig, tmp_path / stem, formats=("png",), dpi=30)
+    assert paths[0].exists() and paths[0].stat().st_size > 500
     return caption
 
 
@@ -125,15 +125,16 @@ def test_per_model_figures_render(data, tmp_path):
     cap = _save(ptf.eigenvalue_figure(sp["tiny"], "tiny", sp["tiny_random"]), tmp_path, "eig")
     assert "Fig. 1a" in cap and "circular law" in cap
     _save(ptf.eigenvalue_figure(sp["albert_tiny"], "albert_tiny"), tmp_path, "eig_albert")
-    for mode in ("simplified_real", "simplified_full", "real_model", "prolonged_full"):
+    # one short and one prolonged (NaN-padded) mode are rendered; the others are built
+    for mode in ("simplified_real", "prolonged_full"):
         cap = _save(ptf.alignment_figure(pr["tiny"], "tiny", mode), tmp_path, f"al_{mode}")
         assert mode in cap
-        _save(ptf.correlations_figure(pr["tiny"], "tiny", mode), tmp_path, f"co_{mode}")
+        cap = _save(ptf.correlations_figure(pr["tiny"], "tiny", mode), tmp_path, f"co_{mode}")
+        assert "Fig. 5" in cap and "random 2-plane" in cap
     assert "Figs. 2 and 8" in ptf.alignment_figure(pr["tiny"], "tiny", "simplified_real")[1]
     assert "Fig. 12" in ptf.alignment_figure(pr["tiny"], "tiny", "real_model")[1]
     assert "Fig. 1b" in ptf.alignment_figure(pr["albert_tiny"], "a", "simplified_real")[1]
     assert "Fig. 11" in ptf.alignment_figure(pr["albert_tiny"], "a", "real_model")[1]
-    assert "Fig. 5" in ptf.correlations_figure(pr["tiny"], "tiny", "simplified_real")[1]
     cap = _save(ptf.token_distance_figure(pr["tiny"], "tiny"), tmp_path, "dist")
     assert "Fig. 4" in cap and "sqrt(2)" in cap
     cap = _save(ptf.prolonged_figure(pr["albert_tiny"], "albert_tiny"), tmp_path, "prolonged")
@@ -352,6 +353,8 @@ def test_rate_summary_shared_model(data):
     s = tt.rate_summary(data["prop"]["albert_tiny"], data["spectra"]["albert_tiny"])
     assert s is not None and s["shared"] and s["layers"] == 40
     assert np.isfinite(s["predicted"]) and np.isfinite(s["asymptotic"])
+    # full attention on one shared F is the exact power method on I + eta F
+    assert s["measured"] == pytest.approx(s["asymptotic"], abs=tt.RATE_TOL)
     assert "gamma -> 1" in s["verdict"]
     assert tt.rate_summary(data["prop"]["tiny_random"], None) is None
 

@@ -43,6 +43,7 @@ __all__ = [
     "SMALL_GAP",
     "STEER_MIN_GAIN",
     "TILT_MARGIN",
+    "bipartite_outcomes",
     "eigenvalue_table",
     "is_random_model",
     "layer_eigenvalues",
@@ -361,6 +362,49 @@ def sphere_table(sphere: xr.Dataset) -> pd.DataFrame:
     )
 
 
+def bipartite_outcomes(sphere: xr.Dataset) -> list[dict[str, Any]]:
+    """Where each perturbed bipartite consensus of supplement Fig. 14 ends.
+
+    ``outcome`` is "returns" (final distance to the bipartite state below a tenth of the
+    initial one), "consensus" (every token at the same one of +-v1: the escape the paper
+    describes), "bipartite" (every token at +-v1 but split differently, ``n_plus`` at
+    +v1), or "elsewhere" (not on the line of v1 at the last step).
+    """
+    v1 = np.asarray(sphere["eigenvectors"].values, dtype=float)[:, 0]
+    dist = np.asarray(sphere["bipartite_distance"].values, dtype=float)
+    out = []
+    for k, p in enumerate(np.asarray(sphere["perturbation"].values, dtype=float)):
+        final = np.asarray(sphere["traj_bipartite"].isel(perturbation=k).values)[-1] @ v1
+        on_line = bool(np.all(np.abs(final) > 1.0 - 1e-3))
+        n_plus = int(np.sum(final > 0))
+        if dist[k, -1] < 0.1 * dist[k, 0]:
+            outcome = "returns"
+        elif on_line and n_plus in (0, final.size):
+            outcome = "consensus"
+        elif on_line:
+            outcome = "bipartite"
+        else:
+            outcome = "elsewhere"
+        text = {
+            "returns": "returns to the bipartite equilibrium",
+            "consensus": "escapes to consensus at one of +-v1",
+            "bipartite": f"escapes to another bipartite split ({n_plus} at +v1, "
+            f"{final.size - n_plus} at -v1)",
+            "elsewhere": "escapes and is not on the line of v1 at the last step",
+        }[outcome]
+        out.append(
+            {
+                "perturbation": float(p),
+                "distance_start": float(dist[k, 0]),
+                "distance_end": float(dist[k, -1]),
+                "outcome": outcome,
+                "n_plus": n_plus,
+                "text": text,
+            }
+        )
+    return out
+
+
 # --------------------------------------------------------------------------- claims
 
 
@@ -372,8 +416,10 @@ def tilt_summary(prop: xr.Dataset, mode: str, suffix: str = "") -> dict[str, Any
     random-direction rho null over layers, ``excess`` = mean(rho_t - rho_null_t), the
     fraction of layers where the random-direction null itself passes the test
     (``null_frac``; NaN when psi's null is not stored, as for the other correlation),
-    and the ``verdict``. ``suffix`` selects the other correlation (``"_pearson"``).
-    None when the mode or the variables are absent.
+    the same fraction and mean rho for the most-negative-eigenvector direction
+    (``neg_frac``, ``rho_neg``: a direction F does *not* favour, so a tilt towards it
+    says the test is not specific to v1), and the ``verdict``. ``suffix`` selects the
+    other correlation (``"_pearson"``). None when the mode or the variables are absent.
     """
     ds = mode_view(prop, mode)
     need = [f"psi{suffix}", f"rho{suffix}", f"rho_null{suffix}"]
@@ -389,6 +435,14 @@ def tilt_summary(prop: xr.Dataset, mode: str, suffix: str = "") -> dict[str, Any
     if not suffix and "psi_null" in ds:
         psi_null_t = _over(ds["psi_null"], "token", _nanmean)
         null_frac = float(((psi_null_t > 0) & (rho_null_t > 0.5)).mean())
+    neg_frac, rho_neg = float("nan"), float("nan")
+    if not suffix and "psi_neg_null" in ds and "rho_neg_null" in ds:
+        psi_neg_t = _over(ds["psi_neg_null"], "token", _nanmean)
+        rho_neg_t = ds["rho_neg_null"].values.astype(float)
+        ok = np.isfinite(psi_neg_t) & np.isfinite(rho_neg_t)
+        if ok.any():
+            neg_frac = float(((psi_neg_t > 0) & (rho_neg_t > 0.5))[ok].mean())
+            rho_neg = _nanmean(rho_neg_t)
     out = {
         "n_layers": int(defined.sum()),
         "frac": frac,
@@ -397,6 +451,8 @@ def tilt_summary(prop: xr.Dataset, mode: str, suffix: str = "") -> dict[str, Any
         "rho_null": _nanmean(rho_null_t),
         "excess": _nanmean(rho_t - rho_null_t),
         "null_frac": null_frac,
+        "neg_frac": neg_frac,
+        "rho_neg": rho_neg,
         "gamma": _nanmean(ds[f"gamma{suffix}"]) if f"gamma{suffix}" in ds else float("nan"),
         "gamma_null": (
             _nanmean(ds[f"gamma_null{suffix}"]) if f"gamma_null{suffix}" in ds else float("nan")
@@ -516,7 +572,16 @@ def _rate_verdict(s: Mapping[str, Any]) -> str:
     if not np.isfinite(best):
         return conv + f"; measured rate {m:.4f}, no prediction"
     agree = "matches" if best <= RATE_TOL else "does not match"
-    return conv + f"; measured rate {m:.4f} {agree} the power-method prediction"
+    text = conv + f"; measured rate {m:.4f} {agree} the power-method prediction"
+    g_end = min(max(g, 0.0), 1.0)
+    if g < GAMMA_CONVERGED and 0 < m < 1 and not s["lambda1_is_complex"]:
+        # sin(theta) shrinks by m per layer; gamma >= GAMMA_CONVERGED needs
+        # sin(theta) <= sqrt(1 - GAMMA_CONVERGED^2)
+        need = math.log(math.sqrt(1 - GAMMA_CONVERGED**2) / math.sqrt(1 - g_end**2)) / math.log(m)
+        text += (
+            f"; at that rate gamma reaches {GAMMA_CONVERGED:g} after ~{math.ceil(need)} more layers"
+        )
+    return text
 
 
 def _gap_summary(spectra: xr.Dataset) -> dict[str, Any]:
@@ -589,6 +654,8 @@ def _claim1(
                     "rho null": s["rho_null"],
                     "rho - null": s["excess"],
                     "null passes": s["null_frac"],
+                    "rho neg-eigvec": s["rho_neg"],
+                    "neg-eigvec passes": s["neg_frac"],
                     "mean gamma": s["gamma"],
                     "gamma null": s["gamma_null"],
                     "verdict": s["verdict"],
@@ -596,19 +663,35 @@ def _claim1(
             )
     by = {(r["model"], r["mode"]): r for r in rows}
     for (name, mode), r in by.items():
-        twin = _twin(name, prop_by_model)
-        if twin is None or (twin, mode) not in by or is_random_model(name):
+        if is_random_model(name) or not _holds(r["verdict"]):
             continue
-        tv = by[(twin, mode)]["verdict"]
-        if _holds(r["verdict"]) and _holds(tv):
+        if r["neg-eigvec passes"] >= TILT_MAJORITY:
             notes.append(
-                f"- {name}, {mode}: the random-weight twin {twin} shows the tilt too ({tv}); the "
-                "tilt is a property of the power-method step itself, not of training."
+                f"- {name}, {mode}: the tokens tilt just as often towards the eigenvector of "
+                f"the most negative eigenvalue (test passed in {r['neg-eigvec passes']:.0%} of "
+                f"layers, mean rho {r['rho neg-eigvec']:.2f}): psi/rho do not single out v1 here."
             )
-        elif _holds(r["verdict"]):
+        twin = _twin(name, prop_by_model)
+        if twin is None or (twin, mode) not in by:
+            continue
+        tw = by[(twin, mode)]
+        ex, tex = r["rho - null"], tw["rho - null"]
+        if not _holds(tw["verdict"]):
             notes.append(
-                f"- {name}, {mode}: the random-weight twin {twin} does not ({tv}): the trained "
-                "weights make the difference."
+                f"- {name}, {mode}: the random-weight twin {twin} shows no such tilt "
+                f"({tw['verdict']}): the trained weights make the difference."
+            )
+        elif tex >= ex:
+            notes.append(
+                f"- {name}, {mode}: the random-weight twin {twin} tilts as much (rho - null "
+                f"{tex:.2f} vs {ex:.2f}): the tilt comes with the architecture (the "
+                "power-method step itself), not with training."
+            )
+        else:
+            notes.append(
+                f"- {name}, {mode}: the random-weight twin {twin} tilts less (rho - null "
+                f"{tex:.2f} vs {ex:.2f}): part of the tilt comes with the architecture, the "
+                "rest with training."
             )
     return rows, notes
 
@@ -753,15 +836,25 @@ def _claim5(sphere: xr.Dataset) -> tuple[list[dict[str, Any]], list[str]]:
                 )
             )
     if "bipartite_distance" in sphere:
-        dist = np.asarray(sphere["bipartite_distance"].values, dtype=float)
         n_tok = int(sphere.attrs["n"])
-        for k, p in enumerate(np.asarray(sphere["perturbation"].values, dtype=float)):
-            back = dist[k, -1] < 0.1 * dist[k, 0]
+        outs = bipartite_outcomes(sphere)
+        for i, o in enumerate(outs):
+            # the paper's Fig. 14: the smallest perturbation returns, the largest escapes
+            # to consensus at one of +-v1; sizes in between are reported without a verdict
+            expected = "returns" if i == 0 else "consensus" if i == len(outs) - 1 else None
+            verdict = (
+                ""
+                if expected is None
+                else " -> as in the paper."
+                if o["outcome"] == expected
+                else " -> differs from the paper, where it "
+                + ("returns." if expected == "returns" else "escapes to consensus at +-v1.")
+            )
             lines.append(
-                f"- Fig. 14, perturbation {p:g}: distance to the bipartite equilibrium "
-                f"{dist[k, 0]:.3g} -> {dist[k, -1]:.3g} ("
-                + ("returns" if back else "escapes")
-                + f"; random tokens would sit at sqrt(2n) = {math.sqrt(2 * n_tok):.2f})."
+                f"- Fig. 14, perturbation {o['perturbation']:g}: distance to the bipartite "
+                f"equilibrium {o['distance_start']:.3g} -> {o['distance_end']:.3g}: {o['text']} "
+                f"(full consensus and random tokens both sit at sqrt(2n) = "
+                f"{math.sqrt(2 * n_tok):.2f} for an even split){verdict}"
             )
     return rows, lines
 
@@ -822,14 +915,21 @@ def reproduction_markdown(
     ]
     parts += notes1 + ([""] if notes1 else [])
     for r in rows1:
-        if r["mode"] == "simplified_real" and not is_random_model(r["model"]):
+        if r["mode"] in ("simplified_real", "real_model") and not is_random_model(r["model"]):
+            where = "simplified model" if r["mode"] == "simplified_real" else "real model"
             if not _holds(r["verdict"]):
-                differences.append(
-                    f"- Claim (1) for {r['model']} in the simplified model: {r['verdict']}."
-                )
+                differences.append(f"- Claim (1) for {r['model']} in the {where}: {r['verdict']}.")
             elif r["verdict"].startswith("holds only"):
                 differences.append(
-                    f"- Claim (1) for {r['model']}: {r['verdict']}; the paper reports no null."
+                    f"- Claim (1) for {r['model']} in the {where}: {r['verdict']}; the paper "
+                    "reports no null level."
+                )
+            if _holds(r["verdict"]) and r["neg-eigvec passes"] >= TILT_MAJORITY:
+                differences.append(
+                    f"- Claim (1) for {r['model']} in the {where}: the same test passes for the "
+                    "eigenvector of the most negative eigenvalue in "
+                    f"{r['neg-eigvec passes']:.0%} of layers, so psi_t > 0 and rho_t > 0.5 are "
+                    "not specific to v1_t."
                 )
 
     # (2)
@@ -854,11 +954,11 @@ def reproduction_markdown(
         parts.append("")
         differences.append(
             "- The shared-weight claim (2) is tested on the repeated last layer of "
-            f"{_models_line([r['model'] for r in rows2 if not is_random_model(r['model'])])}"
+            f"{_models_line({r['model'] for r in rows2 if not is_random_model(r['model'])})}"
             ", not on ALBERT."
         )
     for r in rows2:
-        if "does not" in r["verdict"] and not is_random_model(r["model"]):
+        if "does not" in r["verdict"] and r["shared"] and not is_random_model(r["model"]):
             differences.append(f"- Claim (2), {r['model']} {r['mode']}: {r['verdict']}.")
 
     # (3)
@@ -898,7 +998,15 @@ def reproduction_markdown(
         ),
     ]
     parts += warns + ([""] if warns else [])
-    differences += [w.replace("- **Warning** ", "- Steering ") for w in warns]
+    big: dict[tuple[str, str], list[float]] = {}
+    for r in rows4:
+        if r["|dW_O|/|W_O|"] > 1.0:
+            big.setdefault((r["model"], r["method"]), []).append(r["|dW_O|/|W_O|"])
+    differences += [
+        f"- Steering {model} with {method} changes W_O by {min(v):.3g}-{max(v):.3g} times its "
+        "own norm: the last layer is replaced, so that row is not a power-method effect."
+        for (model, method), v in big.items()
+    ]
 
     # (5)
     parts += ["## (5) Dynamics on the sphere (supplement)", ""]
@@ -919,6 +1027,11 @@ def reproduction_markdown(
             ),
             *lines5,
             "",
+        ]
+        differences += [
+            line.replace("- Fig. 14", "- Supplement Fig. 14")
+            for line in lines5
+            if "differs from the paper" in line
         ]
         differences.append(
             "- The supplement's radial values (1 - eta l + eta^2 l^2)/(1 + eta l) are not "
