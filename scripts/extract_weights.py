@@ -6,17 +6,19 @@ from specalign.workflow import log, run_script
 
 def main(smk):
     manifest = study.read_manifest(smk.input[0])
-    mw = extract.extract(manifest["path"], source=manifest["source"], revision=manifest["revision"])
+    # streamed block by block into the file: peak memory of the order of one layer
+    mw = extract.extract_to_h5(
+        manifest["path"], smk.output[0], source=manifest["source"], revision=manifest["revision"]
+    )
     log.info(
         "%s: %s, %d layers, %d distinct blocks, d_model %d, %d heads",
         smk.wildcards.model,
         mw.family,
         mw.n_layers,
-        len(mw.blocks),
+        len(set(mw.layer_block.tolist())),
         mw.d_model,
         mw.n_heads,
     )
-    extract.write_weights_h5(smk.output[0], mw)
 
 
 run_script(snakemake, main)  # noqa: F821

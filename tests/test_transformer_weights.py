@@ -469,3 +469,42 @@ def test_offline_hub_spec_uses_a_cached_snapshot(
     (folder / "model.safetensors").unlink()  # an interrupted download must not pass
     with pytest.raises(ModelSourceError, match="no safetensors weights"):
         resolve_model_dir(spec, tmp_path / "cache")
+
+
+def test_streaming_extraction_equals_in_memory(tmp_path):
+    """extract_to_h5 (block by block, the pipeline's path) writes the same file content as
+    extract + write_weights_h5, for a family with biases and one with a shared block."""
+    import h5py
+    from transformers import AlbertConfig, AlbertModel, GPT2Config, GPT2Model
+
+    from specalign.transformers.extract import extract, extract_to_h5, write_weights_h5
+
+    models = {
+        "gpt2": GPT2Model(GPT2Config(vocab_size=50, n_embd=16, n_layer=3, n_head=2)),
+        "albert": AlbertModel(
+            AlbertConfig(
+                vocab_size=50,
+                embedding_size=8,
+                hidden_size=16,
+                num_hidden_layers=3,
+                num_attention_heads=2,
+                intermediate_size=32,
+            )
+        ),
+    }
+    for name, model in models.items():
+        folder = tmp_path / name
+        model.save_pretrained(folder)
+        streamed, in_memory = tmp_path / f"{name}_s.h5", tmp_path / f"{name}_m.h5"
+        meta = extract_to_h5(folder, streamed)
+        write_weights_h5(in_memory, extract(folder))
+        assert meta.blocks == []
+        with h5py.File(streamed) as a, h5py.File(in_memory) as b:
+            names_a, names_b = [], []
+            a.visit(names_a.append)
+            b.visit(names_b.append)
+            assert sorted(names_a) == sorted(names_b)
+            for key in names_a:
+                if isinstance(a[key], h5py.Dataset):
+                    np.testing.assert_array_equal(a[key][()], b[key][()], err_msg=key)
+            assert dict(a.attrs) == dict(b.attrs)

@@ -28,17 +28,16 @@ y = W x + b with W stored (out, in)):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from ..io import InputFileError, read_h5, write_h5
+from ..io import InputFileError, atomic_path, read_h5
 from .families import FamilyAdapter, adapter_for
 from .weights import BlockWeights, ModelWeights
 
@@ -75,7 +74,6 @@ class CheckpointReader:
 
     def __init__(self, model_dir: str | Path) -> None:
         self.model_dir = Path(model_dir)
-        self._stack = contextlib.ExitStack()
         self._where: dict[str, Path] = {}  # tensor name -> file holding it
         self._open: dict[Path, Any] = {}  # file -> open safe_open handle / mmap'd state dict
         self.format = self._index()
@@ -92,7 +90,6 @@ class CheckpointReader:
         self.close()
 
     def close(self) -> None:
-        self._stack.close()
         self._open.clear()
 
     @property
@@ -112,7 +109,7 @@ class CheckpointReader:
         files = files or sorted(d.glob("*.safetensors"))
         if files:
             for file in files:
-                for key in self._handle(file).keys():
+                for key in self._safetensors_keys(file):
                     if key in self._where:
                         raise InputFileError(
                             f"{d}: tensor {key!r} in both {self._where[key].name} and {file.name}"
@@ -143,31 +140,46 @@ class CheckpointReader:
         return {key: index.parent / f for key, f in weight_map.items()}
 
     def _handle(self, file: Path) -> Any:
-        """Open ``file`` once: a safetensors handle, or an mmap'd .bin state dict."""
+        """An mmap'd .bin state dict, opened once (the fallback format)."""
         if file not in self._open:
             try:
-                if file.suffix == ".safetensors":
-                    from safetensors import safe_open
-
-                    self._open[file] = self._stack.enter_context(safe_open(file, framework="pt"))
-                else:
-                    self._open[file] = _load_bin(file)
+                self._open[file] = _load_bin(file)
             except InputFileError:
                 raise
-            except Exception as exc:  # safetensors/torch raise assorted types on corrupt files
+            except Exception as exc:  # torch raises assorted types on corrupt files
                 raise InputFileError(f"{file}: cannot open checkpoint ({exc})") from exc
         return self._open[file]
 
+    def _safetensors_keys(self, file: Path) -> list[str]:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(file, framework="pt") as handle:
+                return list(handle.keys())
+        except Exception as exc:  # safetensors raises assorted types on corrupt files
+            raise InputFileError(f"{file}: cannot open checkpoint ({exc})") from exc
+
     def read(self, key: str) -> np.ndarray:
+        """One tensor as a float64 array (a copy: nothing stays mapped afterwards).
+
+        A safetensors file is opened for each tensor and closed right after: the pages
+        of a memory-mapped file that a read touched count towards the process's
+        resident memory until the mapping goes, so keeping one handle open for the whole
+        checkpoint would make the peak grow to the size of every tensor read.
+        """
         import torch
 
         if key not in self._where:
             raise KeyError(key)
         file = self._where[key]
-        handle = self._handle(file)
         try:
-            tensor = handle.get_tensor(key) if file.suffix == ".safetensors" else handle[key]
-            return tensor.detach().to(torch.float64).numpy().copy()
+            if file.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(file, framework="pt") as handle:
+                    tensor = handle.get_tensor(key)
+                    return tensor.detach().to(torch.float64, copy=True).numpy()
+            return self._handle(file)[key].detach().to(torch.float64, copy=True).numpy()
         except Exception as exc:
             raise InputFileError(f"{file}: cannot read tensor {key!r} ({exc})") from exc
 
@@ -262,32 +274,25 @@ def _snapshot_revision(model_dir: Path) -> str:
     return ""
 
 
-def extract(
-    model_dir: str | Path, *, source: str | None = None, revision: str | None = None
-) -> ModelWeights:
-    """Read the attention weights of the checkpoint in ``model_dir`` (lazily).
-
-    ``source``/``revision`` are provenance recorded in the result (default: the folder
-    and, for a hub-cache snapshot, its commit hash). Raises ``UnknownFamilyError`` for
-    an unsupported ``model_type`` and ``InputFileError`` naming the file for a missing,
-    corrupt or config-inconsistent checkpoint.
-    """
-    model_dir = Path(model_dir)
+def _adapter(model_dir: Path) -> tuple[dict[str, Any], FamilyAdapter]:
     config = read_config(model_dir)
     try:
-        adapter = adapter_for(config)
+        return config, adapter_for(config)
     except ValueError as exc:
         if type(exc) is not ValueError:  # UnknownFamilyError: not a file problem
             raise
         raise InputFileError(f"{model_dir / 'config.json'}: {exc}") from exc
-    with CheckpointReader(model_dir) as ckpt:
-        reader = _PrefixedReader(ckpt, find_prefix(ckpt.keys, adapter, model_dir))
-        try:
-            blocks = [adapter.read_block(b, reader) for b in range(adapter.n_blocks)]
-            extras = adapter.read_extras(reader)
-            layer_attention = adapter.layer_attention()
-        except ValueError as exc:  # shape or config inconsistencies found by the adapter
-            raise InputFileError(f"{model_dir}: {exc}") from exc
+
+
+def _model_weights(
+    model_dir: Path,
+    config: Mapping[str, Any],
+    adapter: FamilyAdapter,
+    blocks: list[BlockWeights],
+    extras: Mapping[str, Any],
+    source: str | None,
+    revision: str | None,
+) -> ModelWeights:
     return ModelWeights(
         family=adapter.model_type,
         d_model=adapter.d_model,
@@ -298,7 +303,7 @@ def extract(
         ln_position=adapter.ln_position,
         causal=bool(adapter.causal or config.get("is_decoder", False)),
         attn_scale=adapter.attn_scale,
-        layer_attention=layer_attention,
+        layer_attention=adapter.layer_attention(),
         window_size=adapter.window_size,
         ln_eps=adapter.ln_eps,
         source=str(model_dir) if source is None else source,
@@ -307,23 +312,102 @@ def extract(
     )
 
 
+def _stream_blocks(
+    model_dir: Path, adapter: FamilyAdapter, on_block: Callable[[int, BlockWeights], None]
+) -> dict[str, Any]:
+    """Read the distinct blocks one at a time, hand each to ``on_block``, return extras."""
+    with CheckpointReader(model_dir) as ckpt:
+        reader = _PrefixedReader(ckpt, find_prefix(ckpt.keys, adapter, model_dir))
+        try:
+            for b in range(adapter.n_blocks):
+                on_block(b, adapter.read_block(b, reader))
+            return adapter.read_extras(reader)
+        except ValueError as exc:  # shape or config inconsistencies found by the adapter
+            raise InputFileError(f"{model_dir}: {exc}") from exc
+
+
+def extract(
+    model_dir: str | Path, *, source: str | None = None, revision: str | None = None
+) -> ModelWeights:
+    """Read the attention weights of the checkpoint in ``model_dir`` (lazily).
+
+    ``source``/``revision`` are provenance recorded in the result (default: the folder
+    and, for a hub-cache snapshot, its commit hash). Raises ``UnknownFamilyError`` for
+    an unsupported ``model_type`` and ``InputFileError`` naming the file for a missing,
+    corrupt or config-inconsistent checkpoint. Holds every block in memory; for large
+    checkpoints :func:`extract_to_h5` streams them to disk instead.
+    """
+    model_dir = Path(model_dir)
+    config, adapter = _adapter(model_dir)
+    blocks: list[BlockWeights] = []
+    extras = _stream_blocks(model_dir, adapter, lambda b, blk: blocks.append(blk))
+    return _model_weights(model_dir, config, adapter, blocks, extras, source, revision)
+
+
+def extract_to_h5(
+    model_dir: str | Path,
+    path: str | Path,
+    *,
+    source: str | None = None,
+    revision: str | None = None,
+) -> ModelWeights:
+    """Extract straight into ``weights.h5``, one block at a time (atomic write).
+
+    Peak memory is of the order of one layer (its float64 W_Q, W_K, W_V, W_O and F),
+    whatever the depth, so that GPT-Neo 2.7B extracts on a laptop. Returns the model's
+    metadata as a ``ModelWeights`` with an empty ``blocks`` list.
+    """
+    import h5py
+
+    model_dir = Path(model_dir)
+    config, adapter = _adapter(model_dir)
+    d = adapter.d_model
+    has_bias: list[dict[str, bool]] = []
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        F = f.create_dataset("F", shape=(adapter.n_blocks, d, d), dtype=np.float64)
+
+        def write_block(b: int, blk: BlockWeights) -> None:
+            F[b] = blk.F
+            for name in _BLOCK_FIELDS:
+                f.create_dataset(f"blocks/{b}/{name}", data=np.asarray(getattr(blk, name)))
+            has_bias.append({k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS})
+
+        extras = _stream_blocks(model_dir, adapter, write_block)
+        mw = _model_weights(model_dir, config, adapter, [], extras, source, revision)
+        d_head = f["blocks/0/W_V"].shape[0] // mw.n_heads
+        _write_common(f, mw, has_bias, d_head)
+    return mw
+
+
 # ----------------------------------------------------------------------------- weights.h5
 
 
 def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
     """Write ``mw`` to ``path`` atomically in the ``weights.h5`` contract (module doc)."""
-    datasets: dict[str, np.ndarray] = {
-        "F": np.stack([blk.F for blk in mw.blocks]).astype(np.float64),
-        "layer_block": np.asarray(mw.layer_block, dtype=np.int64),
-    }
-    for b, blk in enumerate(mw.blocks):
-        for name in _BLOCK_FIELDS:
-            datasets[f"blocks/{b}/{name}"] = np.asarray(getattr(blk, name), dtype=np.float64)
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("F", data=np.stack([blk.F for blk in mw.blocks]).astype(np.float64))
+        for b, blk in enumerate(mw.blocks):
+            for name in _BLOCK_FIELDS:
+                f.create_dataset(
+                    f"blocks/{b}/{name}", data=np.asarray(getattr(blk, name), dtype=np.float64)
+                )
+        has_bias = [{k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS} for blk in mw.blocks]
+        _write_common(f, mw, has_bias, mw.d_head)
+
+
+def _write_common(f: Any, mw: ModelWeights, has_bias: list[dict[str, bool]], d_head: int) -> None:
+    """The datasets and root attributes that do not depend on the blocks' contents."""
+    f.create_dataset("layer_block", data=np.asarray(mw.layer_block, dtype=np.int64))
     if mw.embedding_projection is not None:
-        datasets["embedding_projection/W"] = np.asarray(mw.embedding_projection, np.float64)
+        f.create_dataset(
+            "embedding_projection/W", data=np.asarray(mw.embedding_projection, np.float64)
+        )
         bias = mw.embedding_projection_bias
-        datasets["embedding_projection/b"] = np.asarray(
-            np.zeros(mw.d_model) if bias is None else bias, np.float64
+        f.create_dataset(
+            "embedding_projection/b",
+            data=np.asarray(np.zeros(mw.d_model) if bias is None else bias, np.float64),
         )
     attrs: dict[str, Any] = {
         "source": mw.source,
@@ -331,21 +415,22 @@ def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
         "family": mw.family,
         "d_model": int(mw.d_model),
         "n_heads": int(mw.n_heads),
-        "d_head": int(mw.d_head),
+        "d_head": int(d_head),
         "n_layers": int(mw.n_layers),
-        "n_blocks": len(mw.blocks),
-        "shared": bool(mw.shared),
+        "n_blocks": len(has_bias),
+        "shared": bool(len(has_bias) == 1 and mw.n_layers > 1),
         "ln_position": mw.ln_position,
         "causal": bool(mw.causal),
         "attn_scale": float(mw.attn_scale),
-        "layer_attention": list(mw.layer_attention),
-        "window_size": None if mw.window_size is None else int(mw.window_size),
+        "layer_attention": json.dumps(list(mw.layer_attention)),
+        "window_size": "null" if mw.window_size is None else int(mw.window_size),
         "ln_eps": float(mw.ln_eps),
-        "has_bias": [{k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS} for blk in mw.blocks],
+        "has_bias": json.dumps(has_bias),
         "convention": "y = W x + b; W stored (out, in); F = W_O W_V; float64",
         "format_version": FORMAT_VERSION,
     }
-    write_h5(path, datasets, attrs)
+    for key, value in attrs.items():
+        f.attrs[key] = value
 
 
 def read_weights_h5(path: str | Path) -> ModelWeights:
