@@ -6,14 +6,15 @@
 #   cluster/local_slurm.sh start     # write slurm.conf, start munged/slurmctld/slurmd, wait for idle
 #   cluster/local_slurm.sh status    # daemons and sinfo; exit 0 only when the node is usable
 #   cluster/local_slurm.sh stop      # cancel jobs, stop the daemons this script started
-#   cluster/local_slurm.sh env       # print `export SLURM_CONF=...` for sbatch/squeue/snakemake
+#   cluster/local_slurm.sh env       # print `export SLURM_CONF=...` (optional, see below)
 #
 # Every subcommand is idempotent. Configuration, state, logs and pid files live under
 # $SLURM_LOCAL_DIR (default /tmp/specalign-slurm). Nothing else is touched apart from the
-# Debian packages, /run/munge (munged's socket) and, only when `hostname -s` does not
-# resolve, one line in /etc/hosts. The system-wide /etc/slurm is never written: clients
-# find this cluster through SLURM_CONF, so run `eval "$(cluster/local_slurm.sh env)"`
-# before `snakemake --profile profiles/slurm`.
+# Debian packages, /run/munge (munged's socket), /run/slurm (slurmd's link to its cached
+# copy of slurm.conf, see "configless" below; removed by stop) and, only when
+# `hostname -s` does not resolve, one line in /etc/hosts. /etc/slurm is never written:
+# clients on this machine (sbatch, squeue, snakemake's SLURM plugin, srun inside jobs)
+# find the cluster through /run/slurm/conf, or through SLURM_CONF (`env` prints it).
 #
 # Needs root (apt, daemons running as SlurmUser=root). Exit codes: 0 ok, 1 failure,
 # 3 the packages are missing and cannot be installed here (no apt-get): callers may skip.
@@ -117,6 +118,10 @@ AuthType=auth/munge
 # Own ports (SLURM_LOCAL_PORT) so that a second test cluster can run beside this one.
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
+# "Configless": slurmd fetches this file from slurmctld and links its cached copy at
+# /run/slurm/conf, where every client finds it without SLURM_CONF. Needed because the
+# plugin's job step strips SLURM_* variables (SLURM_CONF too) before its inner srun.
+SlurmctldParameters=enable_configless
 # Track job processes through /proc: works in containers without cgroup delegation.
 ProctrackType=proctrack/linuxproc
 # No CPU binding or cgroup confinement of tasks (needs no cgroup setup).
@@ -174,6 +179,10 @@ start_munged() {
 cmd_start() {
     need_root
     have_binaries || die "SLURM is not installed: run '$0 install' first"
+    # Clients prefer /etc/slurm/slurm.conf to /run/slurm/conf: with a system-wide SLURM
+    # configured, srun inside our jobs would talk to that cluster instead.
+    [[ ! -e /etc/slurm/slurm.conf ]] ||
+        die "/etc/slurm/slurm.conf exists (a system SLURM is configured): not starting a second cluster"
     ensure_hostname_resolves
     mkdir -p "$DIR"
     write_conf
@@ -187,7 +196,9 @@ cmd_start() {
     if pid_alive "$DIR/slurmd.pid" slurmd; then
         log "slurmd already running"
     else
-        slurmd -f "$CONF" || die "slurmd failed to start, see $DIR/log/slurmd.log"
+        # configless: the configuration comes from slurmctld (see SlurmctldParameters)
+        slurmd --conf-server "$(node_name):$CTLD_PORT" ||
+            die "slurmd failed to start, see $DIR/log/slurmd.log"
         log "started slurmd"
     fi
     local deadline=$((SECONDS + START_TIMEOUT)) state=""
@@ -269,6 +280,11 @@ cmd_stop() {
     stop_daemon "$DIR/slurmctld.pid" slurmctld
     # munged only if this script started it (its pid was recorded then).
     stop_daemon "$DIR/munged.pid" munged
+    # slurmd's link to its configuration cache (only if it points into our folder).
+    if [[ -L /run/slurm/conf && $(readlink /run/slurm/conf) == "$DIR"/* ]]; then
+        rm -f /run/slurm/conf
+        rmdir /run/slurm 2>/dev/null || true
+    fi
 }
 
 case "${1:-}" in

@@ -216,8 +216,8 @@ def fetch(
             if not src.is_file():
                 raise MirrorFileMissingError(
                     f"{ds.title}: the mirror folder {Path(mirror).resolve()} has no file "
-                    f"{ds.filename!r} (searched {src.resolve()}); copy the UCI workbook "
-                    f"there under exactly that name (sha256 {ds.sha256})"
+                    f"{ds.filename!r} (searched {src.resolve()}); fix: copy the UCI workbook "
+                    f"({ds.url}) there under exactly that name (sha256 {ds.sha256})"
                 )
             shutil.copyfile(src, tmp)
             origin = str(src)
@@ -228,7 +228,13 @@ def fetch(
         if actual != ds.sha256:
             raise ChecksumMismatchError(
                 f"{ds.filename} from {origin}: SHA-256 mismatch, expected {ds.sha256}, "
-                f"got {actual}; the file was not saved to {dest}"
+                f"got {actual}; the file was not saved to {dest}. Fix: "
+                + (
+                    f"replace {origin} with the original UCI file from {ds.url}"
+                    if mirror is not None
+                    else f"retry; if it persists, download {ds.url} by hand, check its "
+                    "sha256 and point the `data: mirror:` config key at its folder"
+                )
             )
     return dest
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..io import InputFileError, atomic_path, read_h5
+from ..runtime import release_freed_memory
 from .families import FamilyAdapter, adapter_for
 from .weights import BlockWeights, ModelWeights
 
@@ -321,6 +322,7 @@ def _stream_blocks(
         try:
             for b in range(adapter.n_blocks):
                 on_block(b, adapter.read_block(b, reader))
+                release_freed_memory()
             return adapter.read_extras(reader)
         except ValueError as exc:  # shape or config inconsistencies found by the adapter
             raise InputFileError(f"{model_dir}: {exc}") from exc

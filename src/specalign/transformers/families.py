@@ -395,7 +395,7 @@ def adapter_for(config: Mapping[str, Any]) -> FamilyAdapter:
     if model_type not in FAMILIES:
         raise UnknownFamilyError(
             f"unsupported model_type {model_type!r} in config.json; supported: "
-            f"{', '.join(sorted(FAMILIES))} (new families: a FamilyAdapter in "
-            "specalign.transformers.families)"
+            f"{', '.join(sorted(FAMILIES))}; fix: use a model of a supported family, or add "
+            "a FamilyAdapter for this one in specalign.transformers.families"
         )
     return FAMILIES[model_type](config)

@@ -175,10 +175,12 @@ def _hub_snapshot(repo_id: str, revision: str, cache_dir: str | Path | None) -> 
         state = "incomplete in" if "incomplete" in str(exc).lower() else "not in"
         reason = "HF_HUB_OFFLINE=1" if offline else f"the Hub is unreachable ({type(exc).__name__})"
         raise ModelSourceError(
-            f"{where} is {state} the cache {cache_dir} and {reason}: fetch it first by running "
-            "the download_model rule with the same cache on a machine with internet access, "
-            "or give the model a local source {kind: local, path: <folder with config.json "
-            "and weights>}"
+            f"{where} is {state} "
+            + (f"the cache {cache_dir}" if cache_dir is not None else "the default HF cache")
+            + f" and {reason}; fix: fetch it first on a machine with internet access (the "
+            "workflow's fetch_model rule, with the same transformers.cache) and copy the cache "
+            "here, or configure the model as `source: local` with `path:` a folder holding "
+            "its config.json and weights"
         ) from exc
     except HFValidationError as exc:
         raise ModelSourceError(f"{where}: invalid repository id ({exc})") from exc

@@ -1,0 +1,216 @@
+"""The comparison tool (specalign.compare): bitwise, NaN-aware, attributes included."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from specalign.compare import (
+    compare_arrays,
+    compare_h5,
+    compare_netcdf,
+    compare_trees,
+    main,
+)
+
+
+def _h5(path: Path, **overrides) -> Path:
+    data = {
+        "risk/train": np.array([[1.0, 0.5, np.nan], [2.0, np.inf, np.nan]]),
+        "weights/W0": np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7.0,
+        "seeds": np.array([0, 1], dtype=np.int64),
+    }
+    data.update({k: v for k, v in overrides.items() if not k.startswith("_")})
+    with h5py.File(path, "w") as f:
+        for name, arr in data.items():
+            if arr is not None:
+                f.create_dataset(name, data=arr)
+        f.create_dataset(
+            "checkpoints/label", data=np.array(["r<=1e-1", "t=15"], dtype=object),
+            dtype=h5py.string_dtype(),
+        )
+        f.attrs["config"] = overrides.get("_config", '{"lr": 0.05}')
+        f["seeds"].attrs["unit"] = "seed"
+    return path
+
+
+def _nc(path: Path, drop: str | None = None, attrs: dict | None = None, **vals) -> Path:
+    g = np.array([[0.25, np.nan], [np.nan, 1.0 / 3.0]])
+    ds = xr.Dataset(
+        {
+            "G_Q": (("seed", "layer"), vals.get("G_Q", g), {"description": "internal defect"}),
+            "diverged": (("seed",), np.array([False, True])),
+        },
+        coords={"seed": [0, 1], "layer": [0, 1], "checkpoint": ("seed", ["a", "b"])},
+        attrs={"experiment": "x", "width": 8, **(attrs or {})},
+    )
+    if drop:
+        ds = ds.drop_vars(drop)
+    ds.to_netcdf(path, engine="h5netcdf")
+    return path
+
+
+def test_identical_files_with_nan_and_inf_are_equal(tmp_path):
+    assert compare_h5(_h5(tmp_path / "a.h5"), _h5(tmp_path / "b.h5")) == []
+    assert compare_netcdf(_nc(tmp_path / "a.nc"), _nc(tmp_path / "b.nc")) == []
+
+
+def test_nan_equals_nan_but_signed_zero_differs():
+    a = np.array([np.nan, 0.0, 1.0])
+    assert compare_arrays(a, a.copy(), "x") == []
+    assert not np.array_equal(a, a.copy())  # what plain IEEE comparison would say
+    b = a.copy()
+    b[1] = -0.0
+    (line,) = compare_arrays(a, b, "x")
+    assert "1 of 3" in line and "index (1,)" in line
+    c = a.copy()
+    c.view(np.uint64)[0] |= np.uint64(1)  # another NaN payload: bitwise different
+    (line,) = compare_arrays(a, c, "x")
+    assert "nan (0x" in line
+
+
+def test_flipped_bit_in_a_dataset(tmp_path):
+    W = np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7.0
+    flipped = W.copy()
+    flipped.view(np.uint64)[1, 2, 3] ^= np.uint64(1)  # lowest mantissa bit
+    diffs = compare_h5(_h5(tmp_path / "a.h5"), _h5(tmp_path / "b.h5", **{"weights/W0": flipped}))
+    assert len(diffs) == 1, diffs
+    assert diffs[0].startswith("/weights/W0: 1 of 24 element(s) differ")
+    assert "(1, 2, 3)" in diffs[0]
+    assert f"{float(W[1, 2, 3])!r} vs {float(flipped[1, 2, 3])!r}" in diffs[0]
+
+
+def test_flipped_bit_in_the_file_bytes(tmp_path):
+    a = _h5(tmp_path / "a.h5")
+    b = tmp_path / "b.h5"
+    shutil.copy(a, b)
+    with h5py.File(b, "r") as f:
+        offset = f["weights/W0"].id.get_offset()  # contiguous storage: raw bytes here
+    raw = bytearray(b.read_bytes())
+    raw[offset + 8 * 5] ^= 0x10  # one bit of element 5 = index (0, 1, 1)
+    b.write_bytes(bytes(raw))
+    diffs = compare_h5(a, b)
+    assert len(diffs) == 1 and "/weights/W0" in diffs[0] and "(0, 1, 1)" in diffs[0], diffs
+    assert compare_trees(tmp_path, tmp_path) == []
+
+
+def test_h5_structure_dtype_shape_and_strings(tmp_path):
+    a = _h5(tmp_path / "a.h5")
+    b = _h5(
+        tmp_path / "b.h5",
+        seeds=np.array([0, 1], dtype=np.int32),
+        **{"risk/train": np.zeros((2, 4)), "extra/thing": np.ones(1), "weights/W0": None},
+    )
+    diffs = "\n".join(compare_h5(a, b))
+    assert "/weights/W0: dataset only in the first file" in diffs
+    assert "/extra: group only in the second file" in diffs
+    assert "/extra/thing: dataset only in the second file" in diffs
+    assert "/seeds: dtype differs (int64 vs int32)" in diffs
+    assert "/risk/train: shape differs ((2, 3) vs (2, 4))" in diffs
+    with h5py.File(b, "a") as f:
+        f["checkpoints/label"][1] = "t=16"
+    assert "'t=15' vs 't=16'" in "\n".join(compare_h5(a, b))
+
+
+def test_h5_attribute_changes(tmp_path):
+    a = _h5(tmp_path / "a.h5")
+    b = _h5(tmp_path / "b.h5", _config='{"lr": 0.5}')
+    (line,) = compare_h5(a, b)
+    assert line.startswith("/: attribute 'config' differs")
+    with h5py.File(b, "a") as f:
+        f.attrs["config"] = '{"lr": 0.05}'
+        f["seeds"].attrs["unit"] = "seeds"
+        f["seeds"].attrs["new"] = 1.5
+    diffs = compare_h5(a, b)
+    assert "/seeds: attribute 'new' only in the second file" in diffs
+    assert any(d.startswith("/seeds: attribute 'unit' differs") for d in diffs)
+    assert compare_h5(a, b, ignore_attrs={"unit", "new"}) == []
+
+
+def test_netcdf_missing_variable_and_attributes(tmp_path):
+    a = _nc(tmp_path / "a.nc")
+    assert compare_netcdf(a, _nc(tmp_path / "b.nc", drop="G_Q")) == [
+        "/G_Q: variable only in the first file"
+    ]
+    diffs = compare_netcdf(a, _nc(tmp_path / "c.nc", attrs={"width": 9}))
+    assert diffs == ["/: attribute 'width' differs: 8 vs 9"]
+    c = tmp_path / "c.nc"
+    with xr.open_dataset(a, engine="h5netcdf") as ds:
+        ds = ds.load()
+    ds["G_Q"].attrs["description"] = "something else"
+    ds.to_netcdf(c, engine="h5netcdf")
+    (line,) = compare_netcdf(a, c)
+    assert line.startswith("/G_Q: attribute 'description' differs")
+
+
+def test_netcdf_values_dims_and_unreadable(tmp_path):
+    a = _nc(tmp_path / "a.nc")
+    g = np.array([[0.25, np.nan], [np.nan, 1.0 / 3.0]])
+    g2 = g.copy()
+    g2[0, 1] = 0.0  # NaN replaced by 0: exactly the confusion the tool must catch
+    (line,) = compare_netcdf(a, _nc(tmp_path / "b.nc", G_Q=g2))
+    assert line.startswith("/G_Q: 1 of 4 element(s) differ; first at index (0, 1): nan vs 0.0")
+    # a dimension of another size
+    ds = xr.Dataset({"G_Q": (("seed", "layer"), np.zeros((3, 2)))})
+    ds.to_netcdf(tmp_path / "c.nc", engine="h5netcdf")
+    diffs = "\n".join(compare_netcdf(a, tmp_path / "c.nc"))
+    assert "/seed: dimension size differs (2 vs 3)" in diffs
+    assert "/G_Q: shape differs ((2, 2) vs (3, 2))" in diffs
+    bad = tmp_path / "bad.nc"
+    bad.write_bytes(a.read_bytes()[:200])
+    (line,) = compare_netcdf(a, bad)
+    assert line.startswith(f"{bad}: cannot read as netCDF-4")
+
+
+def test_compare_trees_and_cli(tmp_path, capsys):
+    for side in ("A", "B"):
+        (tmp_path / side / "results" / "x").mkdir(parents=True)
+        _h5(tmp_path / side / "results" / "x" / "t.h5")
+        _nc(tmp_path / side / "results" / "x" / "d.nc")
+        (tmp_path / side / "results" / "x" / "note.txt").write_text(side)  # not compared
+    A, B = tmp_path / "A" / "results", tmp_path / "B" / "results"
+    assert compare_trees(A, B) == []
+    assert main([str(A), str(B)]) == 0
+    _nc(B / "x" / "d.nc", attrs={"width": 9})
+    _h5(B / "y.h5")
+    diffs = compare_trees(A, B)
+    assert diffs == [
+        "x/d.nc: /: attribute 'width' differs: 8 vs 9",
+        f"y.h5: only in {B}",
+    ]
+    assert compare_trees(A, B, patterns=("**/*.h5",)) == [f"y.h5: only in {B}"]
+    capsys.readouterr()
+    assert main([str(A), str(B)]) == 1
+    assert capsys.readouterr().out.splitlines() == diffs
+    assert main([str(A / "x" / "t.h5"), str(B / "x" / "t.h5")]) == 0
+    assert main([str(A), str(B / "x" / "t.h5")]) == 2
+    proc = subprocess.run(
+        [sys.executable, "-m", "specalign.compare", str(A), str(B)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == diffs
+    assert "2 difference(s)" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "x,y,same",
+    [
+        (np.array(["a", "bb"]), np.array(["a", "bb"], dtype=object), True),
+        (np.array([b"a"], dtype=object), np.array(["a"], dtype=object), True),
+        (np.array([1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int64), True),
+        (np.float64(np.nan), np.float64(np.nan), True),
+        (np.array([True]), np.array([False]), False),
+    ],
+)
+def test_compare_arrays_cases(x, y, same):
+    assert (compare_arrays(x, y, "v") == []) is same
