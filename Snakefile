@@ -19,6 +19,9 @@ if not config:
     configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 
 

@@ -126,6 +126,28 @@ def gpu_resources():
     return res
 
 
+def reported(paths, caption, category, subcategory=None, labels=None):
+    """Flag the PNG figures and CSV tables among ``paths`` for `snakemake --report`.
+
+    ``caption`` is a .rst path relative to rules/, or a function of a path's file stem.
+    PDFs and Markdown twins stay out of the report (they are the same content).
+    """
+    out = []
+    for path in paths:
+        if path.endswith((".png", ".csv")):
+            stem = Path(path).stem
+            cap = caption(stem) if callable(caption) else caption
+            path = report(
+                path,
+                caption=cap,
+                category=category,
+                subcategory=subcategory,
+                labels=labels(stem) if callable(labels) else labels,
+            )
+        out.append(path)
+    return out
+
+
 def diagnostics_files(names=None):
     names = EXPERIMENTS if names is None else names
     return [f"results/commutators/{e}/diagnostics.nc" for e in names]

@@ -90,7 +90,13 @@ rule commutator_tables:
     input:
         diagnostics_files(),
     output:
-        csv=expand("results/tables/commutators/{table}.csv", table=TABLES),
+        csv=reported(
+            expand("results/tables/commutators/{table}.csv", table=TABLES),
+            caption=lambda stem: f"../report/commutators/{stem}.rst",
+            category="Commutator study",
+            subcategory="Tables",
+            labels=lambda stem: {"table": stem},
+        ),
         md=expand("results/tables/commutators/{table}.md", table=TABLES),
     params:
         kernel=kernel_hash("tables"),
@@ -106,9 +112,15 @@ rule commutator_figure:
     input:
         diagnostics_files(),
     output:
-        expand(
-            "results/figures/commutators/{{figure}}.{fmt}",
-            fmt=config["plots"]["formats"],
+        reported(
+            expand(
+                "results/figures/commutators/{{figure}}.{fmt}",
+                fmt=config["plots"]["formats"],
+            ),
+            caption="../report/commutators/figure.rst",
+            category="Commutator study",
+            subcategory="Figures",
+            labels={"figure": "{figure}"},
         ),
     wildcard_constraints:
         figure="|".join(FIGURES),

@@ -12,7 +12,12 @@ rule reproduction:
         steering=expand("results/transformers/{model}/steering.nc", model=MODELS),
         sphere=["results/transformers/sphere/sphere.nc"] if MODELS else [],
     output:
-        "results/reproduction.md",
+        report(
+            "results/reproduction.md",
+            caption="../report/reproduction.rst",
+            category="Reproduction report",
+            labels={"document": "reproduction.md"},
+        ),
     params:
         models=MODELS,
         kernel=kernel_hash("report"),

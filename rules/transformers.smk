@@ -157,10 +157,16 @@ rule transformer_model_figures:
         steering="results/transformers/{model}/steering.nc",
         null_spectra=random_twin_spectra,
     output:
-        expand(
-            "results/figures/transformers/{{model}}/{stem}.{fmt}",
-            stem=MODEL_FIGURES,
-            fmt=config["plots"]["formats"],
+        reported(
+            expand(
+                "results/figures/transformers/{{model}}/{stem}.{fmt}",
+                stem=MODEL_FIGURES,
+                fmt=config["plots"]["formats"],
+            ),
+            caption=lambda stem: f"../report/transformers/{stem}.rst",
+            category="Transformer study",
+            subcategory="{model}",
+            labels=lambda stem: {"model": "{model}", "figure": stem},
         ),
     params:
         plots=canonical_json(config["plots"]),
@@ -179,10 +185,16 @@ rule transformer_model_tables:
         propagation="results/transformers/{model}/propagation.nc",
         steering="results/transformers/{model}/steering.nc",
     output:
-        expand(
-            "results/tables/transformers/{{model}}/{table}.{ext}",
-            table=["eigenvalues", "propagation", "steering"],
-            ext=["csv", "md"],
+        reported(
+            expand(
+                "results/tables/transformers/{{model}}/{table}.{ext}",
+                table=["eigenvalues", "propagation", "steering"],
+                ext=["csv", "md"],
+            ),
+            caption=lambda stem: f"../report/transformers/table_{stem}.rst",
+            category="Transformer study",
+            subcategory="{model}",
+            labels=lambda stem: {"model": "{model}", "table": stem},
         ),
     params:
         kernel=kernel_hash("transformer_tables"),
@@ -200,12 +212,24 @@ rule transformer_overview:
         spectra=expand("results/transformers/{model}/spectra.nc", model=MODELS),
         sphere="results/transformers/sphere/sphere.nc",
     output:
-        figures=expand(
-            "results/figures/transformers/{stem}.{fmt}",
-            stem=OVERVIEW_FIGURES,
-            fmt=config["plots"]["formats"],
+        figures=reported(
+            expand(
+                "results/figures/transformers/{stem}.{fmt}",
+                stem=OVERVIEW_FIGURES,
+                fmt=config["plots"]["formats"],
+            ),
+            caption=lambda stem: f"../report/transformers/{stem}.rst",
+            category="Transformer study",
+            subcategory="All models and sphere dynamics",
+            labels=lambda stem: {"figure": stem},
         ),
-        sphere_table=multiext("results/tables/transformers/sphere", ".csv", ".md"),
+        sphere_table=reported(
+            ["results/tables/transformers/sphere.csv", "results/tables/transformers/sphere.md"],
+            caption="../report/transformers/table_sphere.rst",
+            category="Transformer study",
+            subcategory="All models and sphere dynamics",
+            labels={"table": "sphere"},
+        ),
     params:
         plots=canonical_json(config["plots"]),
         models=MODELS,

@@ -33,7 +33,8 @@ def _h5(path: Path, **overrides) -> Path:
             if arr is not None:
                 f.create_dataset(name, data=arr)
         f.create_dataset(
-            "checkpoints/label", data=np.array(["r<=1e-1", "t=15"], dtype=object),
+            "checkpoints/label",
+            data=np.array(["r<=1e-1", "t=15"], dtype=object),
             dtype=h5py.string_dtype(),
         )
         f.attrs["config"] = overrides.get("_config", '{"lr": 0.05}')

@@ -155,3 +155,12 @@ def test_config_change_reruns_only_dependants(repo, finished_run, tmp_path):
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(repo, work)
     assert set(jobs) == {"commutator_figure"}, jobs
+
+
+def test_report_builds_with_captions(repo, finished_run, tmp_path):
+    out = tmp_path / "report.html"
+    _run(repo, finished_run, "--report", str(out))
+    html = out.read_text()
+    assert "Commutator study" in html
+    assert "Paper <strong>Table 2</strong>" in html  # a caption, rendered
+    assert "Paper <strong>Figure 1</strong>" in html

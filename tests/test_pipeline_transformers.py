@@ -134,3 +134,13 @@ def test_eta_change_reruns_transformer_rules_only(repo, transformer_run, tmp_pat
     assert "extract_weights" not in jobs and "fetch_model" not in jobs
     assert jobs.get("spectra") == 3 and jobs.get("propagate") == 3 and jobs.get("steer") == 3
     assert "sphere_dynamics" not in jobs  # its eta is transformers.sphere.eta
+
+
+def test_report_builds_with_captions(repo, transformer_run, tmp_path):
+    workdir, _ = transformer_run
+    out = tmp_path / "report.html"
+    _run(repo, workdir, "--report", str(out))
+    html = out.read_text()
+    assert "Transformer study" in html
+    assert "Paper <strong>Figure 13</strong>" in html
+    assert "Model <strong>tiny_gpt2</strong>" in html  # wildcards rendered in captions
