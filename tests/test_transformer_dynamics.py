@@ -590,3 +590,29 @@ def test_next_token_prob_change_gpt2(tiny_gpt2, gpt2_dir):
     assert out["p_after"].shape == (3,) and np.isfinite(out["p_after"]).all()
     with pytest.raises(ValueError):
         st.next_token_prob_change(gpt2_dir, ids, 5, np.zeros((32, 16)))
+
+
+@pytest.mark.parametrize("corr", ["cosine", "pearson"])
+def test_metrics_equal_direct_correlations(corr):
+    """The metrics' fast path (norms computed once per mode) equals the plain definition
+    |corr(x_i, v1_t)| and psi_t = gamma_t - |corr(x_i^{t-1}, v1_t)|, for tokens and nulls."""
+    from specalign.transformers.propagate import (
+        correlation,
+        layer_directions,
+        propagation_metrics,
+        simplified_forward,
+    )
+
+    rng = np.random.default_rng(3)
+    mw = _model_from_F([_sym([2.0, 1.0, 0.5, -1.0]), _sym([1.5, -0.5, 0.2, 0.1], seed=1)])
+    X0 = rng.standard_normal((3, 4, 4))
+    S = simplified_forward(mw, X0, 0.5, attention="full")
+    ds = propagation_metrics(mw, {"m": S}, corr=corr, n_null_draws=2, seed=0)
+    v1 = layer_directions(mw)["v1"]
+    for t in range(2):
+        after = np.abs(correlation(S[t + 1], v1[t], corr)).reshape(-1)
+        before = np.abs(correlation(S[t], v1[t], corr)).reshape(-1)
+        np.testing.assert_allclose(ds["gamma"].values[0, t], after, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(ds["psi"].values[0, t], after - before, rtol=1e-10, atol=1e-13)
+        mean_tok = np.abs(correlation(S[t + 1].mean(axis=1), v1[t], corr))
+        np.testing.assert_allclose(ds["gamma_mean"].values[0, t], mean_tok, rtol=1e-12)

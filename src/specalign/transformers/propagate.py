@@ -387,16 +387,30 @@ def token_distance(states: np.ndarray, normalize: bool = True) -> np.ndarray:
     return D[..., iu[0], iu[1]].mean(axis=-1)
 
 
-def _align(S: np.ndarray, dirs: np.ndarray, corr: Corr) -> dict[str, np.ndarray]:
-    """gamma, psi, rho and their mean-token versions of states S (T+1, P, N, d) against
-    per-layer directions dirs (T, d)."""
-    T = S.shape[0] - 1
-    v = dirs[:, None, None, :]
-    after = np.abs(correlation(S[1:], v, corr))  # (T, P, N)
-    before = np.abs(correlation(S[:-1], v, corr))
-    M = S.mean(axis=2)  # (T+1, P, d) mean token of each prompt
-    m_after = np.abs(correlation(M[1:], dirs[:, None, :], corr))
-    m_before = np.abs(correlation(M[:-1], dirs[:, None, :], corr))
+def _unit_rows(X: np.ndarray, corr: Corr) -> np.ndarray:
+    """Rows of X prepared so that a dot product is the correlation: centred over the d
+    components for Pearson, then divided by their norm (zero rows become NaN)."""
+    X = np.asarray(X, dtype=np.float64)
+    if corr == "pearson":
+        X = X - X.mean(axis=-1, keepdims=True)
+    norm = np.linalg.norm(X, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 0, X / np.where(norm > 0, norm, 1.0), np.nan)
+
+
+def _align(Su: np.ndarray, Mu: np.ndarray, dirs: np.ndarray) -> dict[str, np.ndarray]:
+    """gamma, psi, rho and their mean-token versions against per-layer directions.
+
+    ``Su`` (T+1, P, N, d) and ``Mu`` (T+1, P, d) are the states and the prompts' mean
+    tokens, and ``dirs`` (T, d) the directions, all already passed through
+    :func:`_unit_rows`: the norms are computed once per mode rather than once for every
+    one of the many null directions, which dominated the cost for large models.
+    """
+    T = Su.shape[0] - 1
+    after = np.abs(np.einsum("tpnd,td->tpn", Su[1:], dirs))  # (T, P, N)
+    before = np.abs(np.einsum("tpnd,td->tpn", Su[:-1], dirs))
+    m_after = np.abs(np.einsum("tpd,td->tp", Mu[1:], dirs))
+    m_before = np.abs(np.einsum("tpd,td->tp", Mu[:-1], dirs))
     psi, psi_m = after - before, m_after - m_before
     with np.errstate(invalid="ignore"):
         rho = np.where(np.isnan(psi).all(axis=(1, 2)), np.nan, (psi > 0).mean(axis=(1, 2)))
@@ -503,11 +517,12 @@ def propagation_metrics(
     for mi, mode in enumerate(modes):
         S = np.asarray(states[mode], dtype=np.float64)
         Tm = S.shape[0] - 1  # modes may be shorter (the real model is never prolonged)
-        for k, val in _align(S, dirs["v1"][:Tm], corr).items():
+        Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
+        for k, val in _align(Su, Mu, _unit_rows(dirs["v1"][:Tm], corr)).items():
             out[k][mi, :Tm] = val
-        for k, val in _align(S, dirs["v_neg"][:Tm], corr).items():
+        for k, val in _align(Su, Mu, _unit_rows(dirs["v_neg"][:Tm], corr)).items():
             out[k + "_neg_null"][mi, :Tm] = val
-        draws = [_align(S, rand[r, :Tm], corr) for r in range(n_null_draws)]
+        draws = [_align(Su, Mu, _unit_rows(rand[r, :Tm], corr)) for r in range(n_null_draws)]
         for k in align_dims:
             out[k + "_null"][mi, :Tm] = np.mean([dr[k] for dr in draws], axis=0)
         after = S[1:]
