@@ -3,7 +3,7 @@
 from specalign.io import write_netcdf
 from specalign.runtime import torch_device
 from specalign.transformers import extract, study
-from specalign.workflow import log, param_json, run_script
+from specalign.workflow import LogProgress, log, param_json, run_script
 
 
 def main(smk):
@@ -14,7 +14,13 @@ def main(smk):
     ids = study.prompt_ids(model_dir, settings["prompts"])
     log.info("%d prompts of %d tokens on %s", *ids.shape, device)
     states = study.propagation_states(
-        mw, model_dir, ids, settings["eta"], settings["propagation"], device
+        mw,
+        model_dir,
+        ids,
+        settings["eta"],
+        settings["propagation"],
+        device,
+        progress=LogProgress(5, "propagation modes", every=0.0),
     )
     for mode, s in states.items():
         log.info("mode %s: %d layers", mode, s.shape[0] - 1)

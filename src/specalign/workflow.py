@@ -22,7 +22,7 @@ log = logging.getLogger("specalign")
 
 
 def setup_logging(logfile: str | Path | None, level: int = logging.INFO) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.__stderr__)]
     if logfile:
         Path(logfile).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(logfile, mode="w"))
@@ -34,10 +34,37 @@ def setup_logging(logfile: str | Path | None, level: int = logging.INFO) -> None
     )
 
 
+class _Tee:
+    """A text stream writing to two streams: progress bars that libraries print to
+    stderr (huggingface_hub's downloads, tqdm) also reach the rule's log file, so a user
+    following a SLURM job's log sees them."""
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self.first, self.second = first, second
+
+    def write(self, text: str) -> int:
+        self.first.write(text)
+        self.second.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.first.flush()
+        self.second.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.first, name)
+
+
 def run_script(smk: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(smk)`` with logging to the rule's log and pinned threads."""
     logfile = smk.log[0] if len(smk.log) else None
     setup_logging(logfile)
+    if logfile:
+        # line-buffered so that a log followed with `tail -f` is current
+        sys.stderr = _Tee(sys.__stderr__, open(logfile, "a", buffering=1))  # noqa: SIM115
     threads = pin_threads(getattr(smk, "threads", 1) or 1)
     log.info("rule %s: %d thread(s)", getattr(smk, "rule", "?"), threads)
     start = time.perf_counter()
@@ -64,7 +91,7 @@ class LogProgress:
     def __init__(self, total: int, label: str, every: float = 0.05) -> None:
         self.total = max(1, int(total))
         self.label = label
-        self.step = max(1, int(self.total * every))
+        self.step = max(1, int(self.total * every))  # every=0: a line per unit of work
         self.start = time.perf_counter()
         self.next = self.step
 

@@ -138,22 +138,37 @@ def propagation_states(
     eta: float,
     cfg: Mapping[str, Any],
     device: str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The token states of every mode, each (T_mode + 1, n_prompts, n_tokens, d)."""
+    """The token states of every mode, each (T_mode + 1, n_prompts, n_tokens, d).
+
+    ``progress(done, total)`` is called after each mode (the real model first, since
+    the simplified runs start from its embedding output).
+    """
+    prolong = int(cfg["prolonged_layers"]) > mw.n_layers
+    T = int(cfg["prolonged_layers"])
+    runs: list[tuple[str, Callable[[np.ndarray], np.ndarray]]] = [
+        ("simplified_real", lambda X0: propagate.simplified_forward(mw, X0, eta, "real")),
+        ("simplified_full", lambda X0: propagate.simplified_forward(mw, X0, eta, "full")),
+    ]
+    if prolong:
+        runs += [
+            ("prolonged_real", lambda X0: propagate.simplified_forward(mw, X0, eta, "real", T)),
+            ("prolonged_full", lambda X0: propagate.simplified_forward(mw, X0, eta, "full", T)),
+        ]
+    total = len(runs) + 1
     hidden = propagate.real_forward_hidden_states(
         model_dir, ids, device=device, dtype=_torch_dtype(cfg["real_dtype"])
     )
-    X0 = hidden[0]
-    states = {
-        "simplified_real": propagate.simplified_forward(mw, X0, eta, attention="real"),
-        "simplified_full": propagate.simplified_forward(mw, X0, eta, attention="full"),
-        "real_model": hidden,
-    }
-    if int(cfg["prolonged_layers"]) > mw.n_layers:
-        T = int(cfg["prolonged_layers"])
-        states["prolonged_real"] = propagate.simplified_forward(mw, X0, eta, "real", T)
-        states["prolonged_full"] = propagate.simplified_forward(mw, X0, eta, "full", T)
-    return states
+    if progress:
+        progress(1, total)
+    states = {"real_model": hidden}
+    for i, (mode, run) in enumerate(runs, start=2):
+        states[mode] = run(hidden[0])
+        if progress:
+            progress(i, total)
+    order = ["simplified_real", "simplified_full", "real_model", "prolonged_real", "prolonged_full"]
+    return {mode: states[mode] for mode in order if mode in states}
 
 
 def propagation_dataset(
