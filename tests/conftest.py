@@ -26,3 +26,16 @@ def shared_data() -> Path:
     if not (path / "Concrete_Data.xls").exists():
         pytest.skip(f"UCI test data not found in {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def finished_run(repo, tmp_path_factory):
+    """The real workflow run once on config/test.yaml, shared by the pipeline tests."""
+    import shutil
+
+    from snakemake_helpers import run_snakemake
+
+    workdir = tmp_path_factory.mktemp("pipeline")
+    shutil.copy(repo / "config" / "test.yaml", workdir / "config.yaml")
+    run_snakemake(repo, workdir)
+    return workdir

@@ -4,64 +4,16 @@ Checks the data contracts of trajectories.h5 and diagnostics.nc, that a second r
 nothing, and that a config change reruns only what depends on it.
 """
 
-import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import xarray as xr
 import yaml
+from snakemake_helpers import planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.pipeline
-
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def _run(repo: Path, workdir: Path, *args: str, check: bool = True) -> str:
-    cmd = [
-        *SNAKEMAKE,
-        "-s",
-        str(repo / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{out[-6000:]}")
-    return out
-
-
-def planned_jobs(repo: Path, workdir: Path) -> dict[str, int]:
-    """Rule -> number of jobs a dry run would execute."""
-    out = _run(repo, workdir, "--dry-run")
-    if "Nothing to be done" in out:
-        return {}
-    stats = out.split("Job stats:")[1]
-    jobs = {}
-    for line in stats.splitlines():
-        m = re.match(r"^(\w+)\s+(\d+)\s*$", line.strip())
-        # `all` is the target pseudo-rule: it "runs" whenever anything does
-        if m and m.group(1) not in ("total", "all"):
-            jobs[m.group(1)] = int(m.group(2))
-    return jobs
-
-
-@pytest.fixture(scope="module")
-def finished_run(repo, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("pipeline")
-    shutil.copy(repo / "config" / "test.yaml", workdir / "config.yaml")
-    _run(repo, workdir)
-    return workdir
 
 
 def test_trajectories_contract(finished_run):
@@ -159,7 +111,7 @@ def test_config_change_reruns_only_dependants(repo, finished_run, tmp_path):
 
 def test_report_builds_with_captions(repo, finished_run, tmp_path):
     out = tmp_path / "report.html"
-    _run(repo, finished_run, "--report", str(out))
+    run_snakemake(repo, finished_run, "--report", str(out))
     html = out.read_text()
     assert "Commutator study" in html
     assert "Paper <strong>Table 2</strong>" in html  # a caption, rendered

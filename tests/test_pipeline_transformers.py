@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from test_pipeline import _run, planned_jobs
+from snakemake_helpers import planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.pipeline
 
@@ -45,7 +45,7 @@ def transformer_run(repo, tmp_path_factory):
         "plots": {"formats": ["png"], "dpi": 50},
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    _run(repo, workdir)
+    run_snakemake(repo, workdir)
     return workdir, cfg
 
 
@@ -139,7 +139,7 @@ def test_eta_change_reruns_transformer_rules_only(repo, transformer_run, tmp_pat
 def test_report_builds_with_captions(repo, transformer_run, tmp_path):
     workdir, _ = transformer_run
     out = tmp_path / "report.html"
-    _run(repo, workdir, "--report", str(out))
+    run_snakemake(repo, workdir, "--report", str(out))
     html = out.read_text()
     assert "Transformer study" in html
     assert "Paper <strong>Figure 13</strong>" in html
