@@ -64,6 +64,20 @@ munge_works() {
 
 node_name() { hostname -s; }
 
+# True if something accepts TCP connections on 127.0.0.1:$1.
+port_in_use() {
+    timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+show_logs() {
+    local f
+    for f in "$DIR/log/slurmctld.log" "$DIR/log/slurmd.log"; do
+        [[ -s $f ]] || continue
+        log "last lines of $f:"
+        tail -n 15 "$f" >&2 || true
+    done
+}
+
 node_state() {
     timeout 10 sinfo -h -N -n "$(node_name)" -o %T 2>/dev/null | head -n1 | tr -d '*~#!%$@^-' || true
 }
@@ -190,19 +204,33 @@ cmd_start() {
     if pid_alive "$DIR/slurmctld.pid" slurmctld; then
         log "slurmctld already running"
     else
+        # Another cluster (another SLURM_LOCAL_DIR) on our ports would answer in our place.
+        ! port_in_use "$CTLD_PORT" ||
+            die "port $CTLD_PORT is in use (another slurmctld?): stop it or set SLURM_LOCAL_PORT"
         slurmctld -f "$CONF" || die "slurmctld failed to start, see $DIR/log/slurmctld.log"
         log "started slurmctld"
     fi
     if pid_alive "$DIR/slurmd.pid" slurmd; then
         log "slurmd already running"
     else
+        ! port_in_use "$SLURMD_PORT" ||
+            die "port $SLURMD_PORT is in use (another slurmd?): stop it or set SLURM_LOCAL_PORT"
         # configless: the configuration comes from slurmctld (see SlurmctldParameters)
         slurmd --conf-server "$(node_name):$CTLD_PORT" ||
             die "slurmd failed to start, see $DIR/log/slurmd.log"
         log "started slurmd"
     fi
-    local deadline=$((SECONDS + START_TIMEOUT)) state=""
+    local started=$SECONDS deadline=$((SECONDS + START_TIMEOUT)) state="" d
     while ((SECONDS < deadline)); do
+        sleep 0.5
+        # Both daemonise before they bind their ports (and write their pid files): after
+        # a grace period, check that they are still alive.
+        for d in slurmctld slurmd; do
+            if ((SECONDS - started >= 3)) && ! pid_alive "$DIR/$d.pid" "$d"; then
+                show_logs
+                die "$d exited after starting (see $DIR/log/$d.log)"
+            fi
+        done
         state=$(node_state)
         case $state in
         idle | mixed | allocated)
@@ -214,12 +242,8 @@ cmd_start() {
             timeout 10 scontrol update NodeName="$(node_name)" State=RESUME >/dev/null 2>&1 || true
             ;;
         esac
-        sleep 0.5
     done
-    log "last lines of $DIR/log/slurmctld.log:"
-    tail -n 15 "$DIR/log/slurmctld.log" >&2 || true
-    log "last lines of $DIR/log/slurmd.log:"
-    tail -n 15 "$DIR/log/slurmd.log" >&2 || true
+    show_logs
     die "node $(node_name) not idle after ${START_TIMEOUT}s (state: '${state:-no answer}')"
 }
 

@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +49,7 @@ PROFILE = REPO / "profiles" / "slurm"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TORCH_RULES = {"train_ensemble", "propagate", "steer"}
 RUN_TIMEOUT = 600  # seconds for one snakemake run; the whole module takes ~3-4 minutes
+TARGET = "results/reproduction.md"
 
 
 def _bounded(cmd: list[str], timeout: int) -> list[str]:
@@ -151,6 +153,92 @@ def _active_jobs(env: dict[str, str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------
+# The runs of A and B, started together (the SLURM runs mostly wait between status
+# checks, so running them side by side keeps the module at ~3 minutes on 2 cores)
+# --------------------------------------------------------------------------------------
+
+FAILING_TARGET = "results/commutators/tiny_synthetic/trajectories.h5"
+
+
+@dataclass
+class Run:
+    workdir: Path
+    returncode: int
+    output: str
+    seconds: float
+
+
+def _run_together(cmds: dict[str, list[str]], logs: Path, env: dict[str, str]) -> dict:
+    """Start every (bounded) command at once; wait for all; rc, output and duration."""
+    start = time.monotonic()
+    procs, files, ended = {}, {}, {}
+    try:
+        for name, cmd in cmds.items():
+            files[name] = (logs / f"{name}.out").open("w")
+            procs[name] = subprocess.Popen(
+                cmd, stdout=files[name], stderr=subprocess.STDOUT, text=True, env=env
+            )
+        # every command runs under `timeout -k`; this deadline only guards against that
+        deadline = start + RUN_TIMEOUT + 60
+        while len(ended) < len(procs) and time.monotonic() < deadline:
+            for name, proc in procs.items():
+                if name not in ended and proc.poll() is not None:
+                    ended[name] = time.monotonic() - start
+            time.sleep(0.5)
+    finally:
+        for name, proc in procs.items():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+                ended[name] = time.monotonic() - start
+        for f in files.values():
+            f.close()
+    return {
+        name: (proc.returncode, (logs / f"{name}.out").read_text(), ended[name])
+        for name, proc in procs.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster_runs(slurm_env, tmp_path_factory) -> dict[str, Run]:
+    root = tmp_path_factory.mktemp("runs")
+
+    # A: two experiments of config/test.yaml (a synthetic one and a benchmark one), to the
+    # report, which needs every data, training, diagnostics and table job (the figures,
+    # five more jobs, are left out for time). threads: 1 is both the SLURM jobs'
+    # --cpus-per-task and the local jobs' thread count: the same threads, the same bits.
+    cfg = _test_config("tiny_synthetic", "tiny_concrete")
+    assert cfg["threads"] == 1
+    for name in ("slurm", "local"):
+        _write_config(root / name, cfg)
+
+    # B: a corrupt input, data.h5 holding garbage. Only the mtime trigger is used, so that
+    # Snakemake does not regenerate the file (it has no provenance record); the training
+    # job, submitted through sbatch, fails reading it (and once more: `retries: 1`).
+    failing = root / "failing"
+    _write_config(failing, _test_config("tiny_synthetic"))
+    data = failing / "results" / "commutators" / "tiny_synthetic" / "data.h5"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(b"this is not an HDF5 file\n" * 100)
+
+    cmds = {
+        # the README's command, in a working folder of its own
+        "slurm": _snakemake(root / "slurm", "--profile", str(PROFILE), TARGET),
+        "local": _snakemake(root / "local", "--cores", "2", TARGET),
+        "failing": _snakemake(
+            failing,
+            *("--profile", str(PROFILE), FAILING_TARGET, "--rerun-triggers", "mtime"),
+            timeout=300,
+        ),
+    }
+    results = _run_together(cmds, root, slurm_env)
+    runs = {name: Run(root / name, *results[name]) for name in cmds}
+    for name, run in runs.items():
+        print(f"{name} run: exit {run.returncode} after {run.seconds:.0f} s")
+    return runs
+
+
+# --------------------------------------------------------------------------------------
 # A: SLURM and local runs give identical results
 # --------------------------------------------------------------------------------------
 
@@ -170,47 +258,23 @@ def _tree_differences(a: Path, b: Path) -> list[str]:
     return diffs
 
 
-def test_slurm_run_matches_local_run(slurm_env, tmp_path):
-    # Two experiments (a synthetic one and a benchmark one) keep the run at ~2 minutes.
-    # config/test.yaml has threads: 1, which is both the SLURM jobs' --cpus-per-task and
-    # the local jobs' thread count: the same threads give bit-identical numbers.
-    cfg = _test_config("tiny_synthetic", "tiny_concrete")
-    assert cfg["threads"] == 1
-    slurm_dir, local_dir = tmp_path / "slurm", tmp_path / "local"
-    _write_config(slurm_dir, cfg)
-    _write_config(local_dir, cfg)
+def test_slurm_run_matches_local_run(cluster_runs, slurm_env):
+    slurm, local = cluster_runs["slurm"], cluster_runs["local"]
+    for run in (slurm, local):
+        assert run.returncode == 0, f"run failed ({run.returncode}):\n{run.output[-8000:]}"
 
-    # The README's command (plus this test's working folder), and the local run beside
-    # it: the SLURM run spends most of its time waiting between status checks.
-    slurm_cmd = _snakemake(slurm_dir, "--profile", str(PROFILE))
-    local_cmd = _snakemake(local_dir, "--cores", "2")
-    start = time.monotonic()
-    procs = {
-        name: subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=slurm_env
-        )
-        for name, cmd in (("slurm", slurm_cmd), ("local", local_cmd))
-    }
-    outputs = {}
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT + 60)
-        outputs[name] = out
-        assert proc.returncode == 0, f"{name} run failed ({proc.returncode}):\n{out[-8000:]}"
-    elapsed = time.monotonic() - start
-    print(f"SLURM and local runs together: {elapsed:.0f} s")
-
-    slurm_out = outputs["slurm"]
-    # Every job except the `all` target went through sbatch.
-    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", slurm_out)
-    n_jobs = int(re.search(r"^total\s+(\d+)", slurm_out, re.M).group(1))
-    assert len(submitted) == n_jobs - 1, slurm_out[-4000:]
-    assert "SLURM-job" not in slurm_out  # no failure message of the plugin
+    # Every job went through sbatch, none failed, none is left in the queue.
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", slurm.output)
+    n_jobs = int(re.search(r"^total\s+(\d+)", slurm.output, re.M).group(1))
+    assert len(submitted) == n_jobs, slurm.output[-4000:]
+    assert "SLURM-job" not in slurm.output  # the plugin's failure message
     assert not _active_jobs(slurm_env)
 
-    results_slurm, results_local = slurm_dir / "results", local_dir / "results"
-    assert (results_slurm / "reproduction.md").exists()
-    n_compared = len(list(results_slurm.rglob("*.h5"))) + len(list(results_slurm.rglob("*.nc")))
-    assert n_compared == 3 * len(cfg["commutators"]["experiments"])
+    results_slurm, results_local = slurm.workdir / "results", local.workdir / "results"
+    assert (results_slurm / TARGET.removeprefix("results/")).exists()
+    cfg = yaml.safe_load((slurm.workdir / "config.yaml").read_text())
+    n_data = len(list(results_slurm.rglob("*.h5"))) + len(list(results_slurm.rglob("*.nc")))
+    assert n_data == 3 * len(cfg["commutators"]["experiments"])  # data, trajectories, diagn.
     diffs = _tree_differences(results_slurm, results_local)
     assert not diffs, "SLURM and local results differ:\n" + "\n".join(diffs[:50])
 
@@ -220,37 +284,18 @@ def test_slurm_run_matches_local_run(slurm_env, tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def test_failing_slurm_job_is_reported(slurm_env, tmp_path):
-    workdir = tmp_path / "failing"
-    cfg = _test_config("tiny_synthetic")
-    config = _write_config(workdir, cfg)
-    data = workdir / "results" / "commutators" / "tiny_synthetic" / "data.h5"
-    target = "results/commutators/tiny_synthetic/trajectories.h5"
-
-    # A finished data step (run locally: it only sets the scene) whose output is then
-    # overwritten with garbage, keeping its mtime: Snakemake sees nothing to redo there,
-    # and the training job, submitted through sbatch, fails reading it.
-    rc, out, _ = _run(_snakemake(workdir, "--cores", "1", str(data.relative_to(workdir))))
-    assert rc == 0, out[-4000:]
-    stat = data.stat()
-    data.write_bytes(b"this is not an HDF5 file\n" * 100)
-    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-
-    rc, out, seconds = _run(
-        _snakemake(workdir, "--profile", str(PROFILE), target, config=config, timeout=300),
-        env=slurm_env,
-        timeout=300,
-    )
-    print(f"failing SLURM run ended after {seconds:.0f} s (exit {rc})")
-    assert rc not in (124, 137), f"the run hung and was killed:\n{out[-4000:]}"
-    assert rc != 0, out[-4000:]
+def test_failing_slurm_job_is_reported(cluster_runs, slurm_env):
+    run = cluster_runs["failing"]
+    out = run.output
+    assert run.returncode not in (124, 137), f"the run hung and was killed:\n{out[-4000:]}"
+    assert run.returncode != 0, out[-4000:]
     assert "Error in rule train_ensemble" in out, out[-4000:]
     assert re.search(r"SLURM-job '\d+' failed, SLURM status is: 'FAILED'", out), out[-4000:]
     assert "prepare_data" not in re.findall(r"^rule (\w+):", out, re.M)
     # the job's own log names the corrupt file; no output was left behind
-    log = (workdir / "logs" / "commutators" / "tiny_synthetic" / "train_ensemble.log").read_text()
-    assert "data.h5" in log, log
-    assert not (workdir / target).exists()
+    log = run.workdir / "logs" / "commutators" / "tiny_synthetic" / "train_ensemble.log"
+    assert "tiny_synthetic/data.h5" in log.read_text()
+    assert not (run.workdir / FAILING_TARGET).exists()
     assert not _active_jobs(slurm_env)
 
 

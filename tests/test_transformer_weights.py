@@ -406,7 +406,7 @@ def test_offline_hub_spec_not_cached_gives_clear_error(
     msg = str(err.value)
     assert "\n" not in msg
     assert "no-such-model" in msg and "HF_HUB_OFFLINE=1" in msg
-    assert "download_model" in msg and "local" in msg
+    assert "fetch_model" in msg and "local" in msg
 
 
 def test_local_spec_errors_and_nested_form(tiny: dict, tmp_path: Path) -> None:

@@ -135,6 +135,8 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
                     f"{key}.training.times: t={t} is not a whole number of steps of lr="
                     f"{exp['training']['lr']}"
                 )
+        if not exp["training"]["risk_levels"] and not exp["training"]["times"]:
+            problems.append(f"{key}.training: no checkpoint: risk_levels and times are both empty")
         rescale = exp["rescale"]
         if rescale["c"] != 1.0 and rescale["layer"] + 1 > exp["hidden"]:
             problems.append(

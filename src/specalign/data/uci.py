@@ -228,7 +228,7 @@ def fetch(
         if actual != ds.sha256:
             raise ChecksumMismatchError(
                 f"{ds.filename} from {origin}: SHA-256 mismatch, expected {ds.sha256}, "
-                f"got {actual}; the file was not saved to {dest}. Fix: "
+                f"got {actual}; the file was not saved to {dest}; fix: "
                 + (
                     f"replace {origin} with the original UCI file from {ds.url}"
                     if mirror is not None

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import InputFileError, atomic_path, read_h5
+from ..io import InputFileError, atomic_path, checksummed, read_h5
 from ..runtime import release_freed_memory
 from .families import FamilyAdapter, adapter_for
 from .weights import BlockWeights, ModelWeights
@@ -281,7 +281,7 @@ def _adapter(model_dir: Path) -> tuple[dict[str, Any], FamilyAdapter]:
         return config, adapter_for(config)
     except ValueError as exc:
         if type(exc) is not ValueError:  # UnknownFamilyError: not a file problem
-            raise
+            raise type(exc)(f"{model_dir}: {exc}") from exc
         raise InputFileError(f"{model_dir / 'config.json'}: {exc}") from exc
 
 
@@ -366,12 +366,16 @@ def extract_to_h5(
     d = adapter.d_model
     has_bias: list[dict[str, bool]] = []
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        F = f.create_dataset("F", shape=(adapter.n_blocks, d, d), dtype=np.float64)
+        F = f.create_dataset(
+            "F", shape=(adapter.n_blocks, d, d), dtype=np.float64, chunks=(1, d, d),
+            fletcher32=True,
+        )  # fmt: skip
 
         def write_block(b: int, blk: BlockWeights) -> None:
             F[b] = blk.F
             for name in _BLOCK_FIELDS:
-                f.create_dataset(f"blocks/{b}/{name}", data=np.asarray(getattr(blk, name)))
+                arr = np.asarray(getattr(blk, name), dtype=np.float64)
+                f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
             has_bias.append({k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS})
 
         extras = _stream_blocks(model_dir, adapter, write_block)
@@ -389,28 +393,28 @@ def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
     import h5py
 
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("F", data=np.stack([blk.F for blk in mw.blocks]).astype(np.float64))
+        F = np.stack([blk.F for blk in mw.blocks]).astype(np.float64)
+        f.create_dataset("F", data=F, chunks=(1, *F.shape[1:]), fletcher32=True)
         for b, blk in enumerate(mw.blocks):
             for name in _BLOCK_FIELDS:
-                f.create_dataset(
-                    f"blocks/{b}/{name}", data=np.asarray(getattr(blk, name), dtype=np.float64)
-                )
+                arr = np.asarray(getattr(blk, name), dtype=np.float64)
+                f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
         has_bias = [{k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS} for blk in mw.blocks]
         _write_common(f, mw, has_bias, mw.d_head)
 
 
 def _write_common(f: Any, mw: ModelWeights, has_bias: list[dict[str, bool]], d_head: int) -> None:
     """The datasets and root attributes that do not depend on the blocks' contents."""
-    f.create_dataset("layer_block", data=np.asarray(mw.layer_block, dtype=np.int64))
+    layer_block = np.asarray(mw.layer_block, dtype=np.int64)
+    f.create_dataset("layer_block", data=layer_block, **checksummed(layer_block))
     if mw.embedding_projection is not None:
-        f.create_dataset(
-            "embedding_projection/W", data=np.asarray(mw.embedding_projection, np.float64)
-        )
         bias = mw.embedding_projection_bias
-        f.create_dataset(
-            "embedding_projection/b",
-            data=np.asarray(np.zeros(mw.d_model) if bias is None else bias, np.float64),
-        )
+        for name, value in (
+            ("W", mw.embedding_projection),
+            ("b", np.zeros(mw.d_model) if bias is None else bias),
+        ):
+            arr = np.asarray(value, np.float64)
+            f.create_dataset(f"embedding_projection/{name}", data=arr, **checksummed(arr))
     attrs: dict[str, Any] = {
         "source": mw.source,
         "revision": mw.revision,
