@@ -17,11 +17,13 @@
 # find the cluster through /run/slurm/conf, or through SLURM_CONF (`env` prints it).
 #
 # Needs root (apt, daemons running as SlurmUser=root). Exit codes: 0 ok, 1 failure,
-# 3 the packages are missing and cannot be installed here (no apt-get): callers may skip.
+# 3 cannot be done on this machine (SLURM missing and no apt-get, or not root): callers
+# may skip.
 #
 # Optional environment: SLURM_LOCAL_DIR, SLURM_LOCAL_PORT (slurmctld port, default 6817;
 # slurmd uses the next one), SLURM_LOCAL_START_TIMEOUT (seconds to wait for an idle node,
-# default 60).
+# default 60). One such cluster per machine: /run/slurm/conf is machine-wide, and start
+# refuses to run when its ports are taken.
 set -euo pipefail
 
 DIR="${SLURM_LOCAL_DIR:-/tmp/specalign-slurm}"
@@ -38,8 +40,12 @@ die() {
     exit 1
 }
 
+# Not root: this machine cannot have the cluster (exit 3, callers may skip).
 need_root() {
-    [[ $(id -u) -eq 0 ]] || die "must run as root (apt-get, daemons as SlurmUser=root)"
+    if [[ $(id -u) -ne 0 ]]; then
+        log "must run as root (apt-get; daemons run as SlurmUser=root)"
+        exit 3
+    fi
 }
 
 have_binaries() {
@@ -129,13 +135,15 @@ SlurmUser=root
 SlurmdUser=root
 # munge authenticates clients and daemons (Debian's default key in /etc/munge).
 AuthType=auth/munge
-# Own ports (SLURM_LOCAL_PORT) so that a second test cluster can run beside this one.
+# Ports (SLURM_LOCAL_PORT moves both, should another service hold SLURM's defaults).
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 # "Configless": slurmd fetches this file from slurmctld and links its cached copy at
 # /run/slurm/conf, where every client finds it without SLURM_CONF. Needed because the
 # plugin's job step strips SLURM_* variables (SLURM_CONF too) before its inner srun.
 SlurmctldParameters=enable_configless
+# No mail program is installed: a no-op one keeps slurmctld from logging an error.
+MailProg=/bin/true
 # Track job processes through /proc: works in containers without cgroup delegation.
 ProctrackType=proctrack/linuxproc
 # No CPU binding or cgroup confinement of tasks (needs no cgroup setup).
@@ -178,8 +186,7 @@ start_munged() {
     chown munge: /run/munge
     runuser -u munge -- /usr/sbin/munged
     # munged daemonises; its pid file says which process is ours (stop kills only that).
-    local i
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         munge_works && break
         sleep 0.1
     done
@@ -206,7 +213,7 @@ cmd_start() {
     else
         # Another cluster (another SLURM_LOCAL_DIR) on our ports would answer in our place.
         ! port_in_use "$CTLD_PORT" ||
-            die "port $CTLD_PORT is in use (another slurmctld?): stop it or set SLURM_LOCAL_PORT"
+            die "port $CTLD_PORT is in use (another slurmctld? run stop with its SLURM_LOCAL_DIR)"
         slurmctld -f "$CONF" || die "slurmctld failed to start, see $DIR/log/slurmctld.log"
         log "started slurmctld"
     fi
@@ -214,7 +221,7 @@ cmd_start() {
         log "slurmd already running"
     else
         ! port_in_use "$SLURMD_PORT" ||
-            die "port $SLURMD_PORT is in use (another slurmd?): stop it or set SLURM_LOCAL_PORT"
+            die "port $SLURMD_PORT is in use (another slurmd? run stop with its SLURM_LOCAL_DIR)"
         # configless: the configuration comes from slurmctld (see SlurmctldParameters)
         slurmd --conf-server "$(node_name):$CTLD_PORT" ||
             die "slurmd failed to start, see $DIR/log/slurmd.log"
@@ -271,14 +278,14 @@ cmd_status() {
 
 # Send SIGTERM to the process in pid file $1 (if it is $2), then SIGKILL after 10 s.
 stop_daemon() {
-    local file=$1 name=$2 pid i
+    local file=$1 name=$2 pid
     if ! pid_alive "$file" "$name"; then
         rm -f "$file"
         return 0
     fi
     pid=$(<"$file")
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 100); do
+    for _ in $(seq 100); do
         [[ -d /proc/$pid ]] || break
         sleep 0.1
     done
@@ -294,8 +301,7 @@ cmd_stop() {
     if pid_alive "$DIR/slurmctld.pid" slurmctld; then
         # Cancel every job of this cluster first, so that no job step outlives slurmd.
         timeout 10 scancel --full --quiet --user=root >/dev/null 2>&1 || true
-        local i
-        for i in $(seq 30); do
+        for _ in $(seq 30); do
             [[ -z $(timeout 10 squeue -h -t RUNNING,COMPLETING -o %i 2>/dev/null) ]] && break
             sleep 0.5
         done

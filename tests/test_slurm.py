@@ -1,8 +1,8 @@
 """The SLURM profile against the real snakemake-executor-plugin-slurm.
 
 With a real single-node SLURM cluster on this machine (``cluster/local_slurm.sh``,
-started by a module fixture; it needs root and apt-get, and the module is skipped only
-where SLURM cannot be installed at all):
+installed with apt-get and started by a module fixture; those tests are skipped only
+where it cannot run at all: SLURM missing and no apt-get, or not root):
 
 * A: the pipeline on a trimmed ``config/test.yaml`` through
   ``snakemake --profile profiles/slurm`` gives results identical, file for file, to the
@@ -57,18 +57,13 @@ def _bounded(cmd: list[str], timeout: int) -> list[str]:
     return ["timeout", "-k", "10", str(timeout), *cmd]
 
 
-def _snakemake(
-    workdir: Path, *args: str, config: Path | None = None, timeout: int = RUN_TIMEOUT
-) -> list[str]:
+def _snakemake(workdir: Path, *args: str, timeout: int = RUN_TIMEOUT) -> list[str]:
+    """Snakemake on the repository's Snakefile, in `workdir` with its config.yaml."""
     return _bounded(
         [
             *SNAKEMAKE,
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(workdir),
-            "--configfile",
-            str(config or workdir / "config.yaml"),
+            *("-s", str(REPO / "Snakefile"), "-d", str(workdir)),
+            *("--configfile", str(workdir / "config.yaml")),
             *args,
         ],
         timeout,
@@ -116,13 +111,17 @@ def _cluster(cmd: str, env: dict[str, str], timeout: int) -> subprocess.Complete
 
 
 @pytest.fixture(scope="module")
-def slurm_env(tmp_path_factory):
-    """Start the local cluster (installing SLURM if needed); the environment to use it."""
-    env = dict(os.environ)
-    env.setdefault("SLURM_LOCAL_DIR", str(tmp_path_factory.mktemp("slurm-cluster")))
-    env["MPLBACKEND"] = "Agg"
+def slurm_env():
+    """Start the local cluster (installing SLURM if needed); the environment to use it.
+
+    The cluster lives in $SLURM_LOCAL_DIR (default /tmp/specalign-slurm). One that was
+    already running there is used as it is and left running; one started here is
+    stopped at the end.
+    """
+    env = dict(os.environ, MPLBACKEND="Agg")
     if shutil.which("bash") is None or shutil.which("timeout") is None:
         pytest.skip("a local SLURM cluster needs bash and coreutils' timeout")
+    was_running = _cluster("status", env, 60).returncode == 0
     for step, limit in (("install", 900), ("start", 120)):
         proc = _cluster(step, env, limit)
         if proc.returncode == 3:  # the script's "cannot be done on this machine"
@@ -132,15 +131,18 @@ def slurm_env(tmp_path_factory):
                 f"cluster/local_slurm.sh {step} failed ({proc.returncode}):\n"
                 f"{proc.stdout}{proc.stderr}"
             )
-    env["SLURM_CONF"] = str(Path(env["SLURM_LOCAL_DIR"]) / "slurm.conf")
+    conf = _cluster("env", env, 10).stdout.strip().removeprefix("export SLURM_CONF=")
+    env["SLURM_CONF"] = conf
     try:
         yield env
     finally:
-        proc = _cluster("stop", env, 120)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        if not was_running:
+            proc = _cluster("stop", env, 120)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _active_jobs(env: dict[str, str]) -> list[str]:
+    """Jobs still pending or running on the cluster (none may outlive a run)."""
     out = subprocess.run(
         _bounded(["squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%i %j %T"], 20),
         capture_output=True,
@@ -417,15 +419,10 @@ def test_profile_default_resources_reach_sbatch(tmp_path):
     _assert_profile_defaults(jobs, tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="profiles/default is the implicit workflow profile: Snakemake layers it over "
-    "--profile profiles/slurm and its `default-resources` replaces the SLURM profile's "
-    "(runtime and partition are lost). Fix: remove default-resources from "
-    "profiles/default/config.yaml, then drop this marker.",
-)
 def test_profile_default_resources_reach_sbatch_with_workflow_profile(tmp_path):
-    """The README's command: `snakemake --profile profiles/slurm` (profiles/default too)."""
+    """The README's command: `snakemake --profile profiles/slurm` (profiles/default too:
+    Snakemake layers the workflow profile over --profile, so profiles/default must not
+    set default-resources, or the SLURM profile's runtime and partition are lost)."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     jobs = _planned_jobs(tmp_path, _test_config("tiny_synthetic"))
     _assert_profile_defaults(jobs, tmp_path)
