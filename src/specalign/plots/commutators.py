@@ -202,6 +202,25 @@ def _width_runs(
     return runs
 
 
+def _defect_figure(
+    runs: Sequence[tuple[str, str, xr.Dataset]],
+    checkpoint: str,
+    legend_title: str,
+    n_boot: int,
+    seed: int,
+) -> tuple[Figure, bool, int]:
+    """The three defect panels (G_D, G_Q, G_S per layer) of Figures 1 and 3, one curve per
+    run; returns the figure, whether the shared y axis is logarithmic, and the number of
+    diverged seeds left out."""
+    data, n_div = _collect(runs, DEFECTS, [checkpoint])
+    hue = [g for g, _, _ in runs]
+    with sns.axes_style(_STYLE):
+        fig = Figure(figsize=(11.0, 3.6), layout="constrained")
+        axes = fig.subplots(1, 3, sharey=True)
+        log = _defect_panels(axes, data, hue, n_boot=n_boot, seed=seed, legend_title=legend_title)
+    return fig, log, n_div
+
+
 # --- figures ------------------------------------------------------------------------
 
 
@@ -218,12 +237,7 @@ def figure1(
     runs = _depth_runs(experiments, depths, width)
     if not runs:
         return None
-    data, n_div = _collect(runs, DEFECTS, [checkpoint])
-    hue = [g for g, _, _ in runs]
-    with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(11.0, 3.6), layout="constrained")
-        axes = fig.subplots(1, 3, sharey=True)
-        log = _defect_panels(axes, data, hue, n_boot=n_boot, seed=seed, legend_title="depth")
+    fig, log, n_div = _defect_figure(runs, checkpoint, "depth", n_boot, seed)
     caption = (
         "Figure 1 (reproduces paper Figure 1). Normalised gate, internal and feature "
         f"defects G_D, G_Q, G_S per layer at {checkpoint} on the diagnostic sample, "
@@ -305,12 +319,7 @@ def figure3(
     runs = _width_runs(experiments, widths, hidden)
     if not runs:
         return None
-    data, n_div = _collect(runs, DEFECTS, [checkpoint])
-    hue = [g for g, _, _ in runs]
-    with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(11.0, 3.6), layout="constrained")
-        axes = fig.subplots(1, 3, sharey=True)
-        log = _defect_panels(axes, data, hue, n_boot=n_boot, seed=seed, legend_title="width")
+    fig, log, n_div = _defect_figure(runs, checkpoint, "width", n_boot, seed)
     caption = (
         "Figure 3 (reproduces paper Figure 3). Width dependence of the normalised gate, "
         f"internal and feature defects per layer at {checkpoint}, synthetic target, "
