@@ -384,6 +384,7 @@ def test_every_invalid_config_is_rejected_naming_the_key(mutants, schema, faults
     )
 
 
+@pytest.mark.pipeline
 def test_invalid_configs_stop_snakemake_before_any_job(repo, mutants, tmp_path, faults):
     """One invalid config of each kind through `snakemake -n`."""
     rng = np.random.default_rng(SEED + 1)
@@ -517,6 +518,7 @@ def test_random_valid_configs_pass(valid_configs, schema, faults):
     )
 
 
+@pytest.mark.pipeline
 def test_random_valid_configs_run_end_to_end(repo, valid_configs, tmp_path, faults):
     """The first N_VALID_RUNS configs, side by side (one core each)."""
     workdirs = []
