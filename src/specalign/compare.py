@@ -274,24 +274,25 @@ def _nc_values(var: Any) -> np.ndarray:
     return np.asarray(var[...]) if var.shape else np.asarray(var[()])
 
 
+def _only_in(a: Any, b: Any, prefix: str, kind: str) -> list[str]:
+    """Lines for the names present in only one of two name collections."""
+    return [
+        f"{prefix}{name}: {kind} only in the first file" for name in sorted(set(a) - set(b))
+    ] + [f"{prefix}{name}: {kind} only in the second file" for name in sorted(set(b) - set(a))]
+
+
 def _compare_nc_group(ga: Any, gb: Any, where: str, ignore: frozenset[str]) -> list[str]:
     out: list[str] = []
     prefix = where if where.endswith("/") else where + "/"
     da = {k: len(v) for k, v in ga.dimensions.items()}
     db = {k: len(v) for k, v in gb.dimensions.items()}
-    for dim in sorted(set(da) - set(db)):
-        out.append(f"{prefix}{dim}: dimension only in the first file")
-    for dim in sorted(set(db) - set(da)):
-        out.append(f"{prefix}{dim}: dimension only in the second file")
+    out += _only_in(da, db, prefix, "dimension")
     for dim in sorted(set(da) & set(db)):
         if da[dim] != db[dim]:
             out.append(f"{prefix}{dim}: dimension size differs ({da[dim]} vs {db[dim]})")
     out += _compare_attrs(dict(ga.attrs), dict(gb.attrs), where, ignore)
     va, vb = ga.variables, gb.variables
-    for name in sorted(set(va) - set(vb)):
-        out.append(f"{prefix}{name}: variable only in the first file")
-    for name in sorted(set(vb) - set(va)):
-        out.append(f"{prefix}{name}: variable only in the second file")
+    out += _only_in(va, vb, prefix, "variable")
     for name in sorted(set(va) & set(vb)):
         xa, xb = va[name], vb[name]
         what = f"{prefix}{name}"
@@ -306,10 +307,7 @@ def _compare_nc_group(ga: Any, gb: Any, where: str, ignore: frozenset[str]) -> l
                 out.append(f"{what}: cannot read ({exc})")
         out += _compare_attrs(dict(xa.attrs), dict(xb.attrs), what, ignore)
     sa, sb = ga.groups, gb.groups
-    for name in sorted(set(sa) - set(sb)):
-        out.append(f"{prefix}{name}: group only in the first file")
-    for name in sorted(set(sb) - set(sa)):
-        out.append(f"{prefix}{name}: group only in the second file")
+    out += _only_in(sa, sb, prefix, "group")
     for name in sorted(set(sa) & set(sb)):
         out += _compare_nc_group(sa[name], sb[name], f"{prefix}{name}", ignore)
     return out

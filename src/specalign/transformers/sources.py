@@ -32,10 +32,7 @@ from typing import Any
 
 from ..io import InputFileError
 
-HUB_ALLOW_PATTERNS = [
-    "*.safetensors",
-    "*.safetensors.index.json",
-    "config.json",
+TOKENIZER_PATTERNS = (
     "tokenizer*",
     "vocab*",
     "merges.txt",
@@ -43,15 +40,13 @@ HUB_ALLOW_PATTERNS = [
     # ALBERT's slow tokenizer is a sentencepiece model; harmless elsewhere.
     "spiece.model",
     "added_tokens.json",
-]
-TOKENIZER_PATTERNS = (
-    "tokenizer*",
-    "vocab*",
-    "merges.txt",
-    "special_tokens_map.json",
-    "spiece.model",
-    "added_tokens.json",
 )
+HUB_ALLOW_PATTERNS = [
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "config.json",
+    *TOKENIZER_PATTERNS,
+]
 SPEC_KINDS = ("hub", "local", "package")
 
 

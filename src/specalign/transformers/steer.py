@@ -239,9 +239,14 @@ def next_token_prob_change(
     layer: int = -1,
     device: str = "cpu",
     dtype: Any = None,
+    model: Any = None,
 ) -> dict[str, np.ndarray]:
     """Probability of ``target_id`` as the next token, before and after replacing one
     layer's attention output projection (default: the last) by ``new_W_O``.
+
+    ``model``: an already loaded causal LM (from :func:`load_causal_lm`) to reuse across
+    many calls; its projection is restored after the measurement, so loading a large model
+    once serves every steering variant.
 
     ``new_W_O`` is in the package convention (d_model, n_heads*d_head); it is written into
     the checkpoint's own storage (transposed for GPT-2's Conv1D ``c_proj``, as is for
@@ -250,15 +255,13 @@ def next_token_prob_change(
     ``delta`` (n_prompts,) at the last position of each prompt.
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
     ids = np.asarray(input_ids)
     if ids.ndim == 1:
         ids = ids[None]
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    )
-    model = model.to(device=device, dtype=dtype or torch.float32).eval()
+    if model is None:
+        model = load_causal_lm(model_dir, device, dtype)
+    device = str(next(model.parameters()).device)
     module, transposed = _out_projection(model, layer)
     W = np.asarray(new_W_O, dtype=np.float64)
     stored = W.T if transposed else W
@@ -276,7 +279,26 @@ def next_token_prob_change(
         return p.cpu().numpy()
 
     before = prob()
-    with torch.no_grad():
-        module.weight.copy_(torch.as_tensor(stored, dtype=module.weight.dtype, device=device))
-    after = prob()
+    original = module.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            module.weight.copy_(torch.as_tensor(stored, dtype=module.weight.dtype, device=device))
+        after = prob()
+    finally:
+        with torch.no_grad():
+            module.weight.copy_(original)
     return {"p_before": before, "p_after": after, "delta": after - before}
+
+
+def load_causal_lm(
+    model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None
+) -> Any:
+    """The causal LM of a local model folder (eager attention, eval mode, float32 unless
+    ``dtype`` says otherwise), for :func:`next_token_prob_change`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), local_files_only=True, attn_implementation="eager"
+    )
+    return model.to(device=device, dtype=dtype or torch.float32).eval()

@@ -279,6 +279,8 @@ def steering_dataset(
     p_before = np.full((*shape, P), np.nan)
     p_after = np.full((*shape, P), np.nan)
     causal_lm = mw.family in ("gpt2", "gpt_neo")
+    # loaded once: a large causal LM would otherwise be read again for every (method, c)
+    lm = steer.load_causal_lm(model_dir, device) if causal_lm else None
     for i, method in enumerate(methods):
         for j, c in enumerate(cs):
             if progress:
@@ -302,7 +304,7 @@ def steering_dataset(
             scalars["u_is_leading"][i, j] = float(res.u_is_leading)
             if causal_lm:
                 change = steer.next_token_prob_change(
-                    model_dir, ids, token_id, res.W_O, device=device
+                    model_dir, ids, token_id, res.W_O, device=device, model=lm
                 )
                 p_before[i, j] = change["p_before"]
                 p_after[i, j] = change["p_after"]
