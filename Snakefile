@@ -35,6 +35,11 @@ include: "rules/transformers.smk"
 include: "rules/report.smk"
 
 
+# Reruns after code edits: every script rule gets the fingerprint of its script and of
+# the specalign modules it imports, derived from the imports (rules/common.smk).
+fingerprint_scripts(workflow.rules)
+
+
 rule all:
     input:
         all_targets(),

@@ -8,9 +8,9 @@ What it reports, per experiment of the full study and in total:
     except the first; element-wise work is O(N m) per layer and left out),
 (b) the machine's float64 GEMM rate with torch at the same thread count, and the ideal time
     FLOPs / rate,
-(c) the measured time of :func:`specalign.mlp.train.train_ensemble` (all seeds batched),
+(c) the measured time of :func:`specalign.commutators.train.train_ensemble` (all seeds batched),
     and its ratio to the ideal,
-(d) the time of :func:`specalign.mlp.train.reference_train_loop` (one ``nn.Module`` per
+(d) the time of :func:`specalign.commutators.train.reference_train_loop` (one ``nn.Module`` per
     seed, autograd + SGD) on the same work, timed on a fraction of the iterations (and,
     with ``--quick``, of the seeds) and extrapolated linearly, and the speed-up.
 
@@ -142,8 +142,8 @@ def bmm_rate(seeds: int, width: int, n: int, repeats: int = 5) -> float:
 
 
 def make_problem(e: Experiment) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    from specalign.data.synthetic import f_star, sample
-    from specalign.mlp.train import he_init, rescale
+    from specalign.commutators.data.synthetic import f_star, sample
+    from specalign.commutators.train import he_init, rescale
 
     if e.input_dim == 2:
         X, y = sample(e.n_train, seed=0)
@@ -162,7 +162,7 @@ def make_problem(e: Experiment) -> tuple[list[np.ndarray], np.ndarray, np.ndarra
 def time_batched(e: Experiment, n_iter: int, device: str) -> tuple[float, int]:
     """Seconds for ``n_iter`` batched steps with the study's checkpoint settings, and the
     number of seeds that diverged (expected 0)."""
-    from specalign.mlp.train import train_ensemble
+    from specalign.commutators.train import train_ensemble
 
     Ws, X, y = make_problem(e)
     train_ensemble(Ws, X, y, lr=LR, n_iter=3, device=device)  # warm-up: allocator, MKL init
@@ -187,7 +187,7 @@ def time_batched(e: Experiment, n_iter: int, device: str) -> tuple[float, int]:
 
 def time_reference(e: Experiment, n_iter: int, n_seeds: int) -> float:
     """Seconds of the per-seed autograd baseline on ``n_seeds`` seeds x ``n_iter`` steps."""
-    from specalign.mlp.train import reference_train_loop
+    from specalign.commutators.train import reference_train_loop
 
     Ws, X, y = make_problem(e)
     sub = [W[:n_seeds] for W in Ws]

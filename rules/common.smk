@@ -3,14 +3,13 @@
 import json
 from pathlib import Path
 
-from specalign.config import (
-    ConfigError,
-    canonical_json,
-    code_fingerprint,
-    experiment_config,
-    validate_config,
-)
-from specalign.plots.transformers import MODEL_FIGURES
+from specalign.commutators.data.uci import DATASETS
+from specalign.commutators.figures import FIGURES
+from specalign.commutators.tables import TABLES
+from specalign.config import ConfigError, canonical_json, experiment_config, validate_config
+from specalign.fingerprint import script_fingerprint
+from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
+from specalign.transformers.tables import MODEL_TABLES
 
 try:
     _validated = validate_config(config, schema=None)
@@ -31,46 +30,6 @@ GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
 
-# Kernel modules each step depends on: their source hash is a rule parameter, so an
-# edit in src/ reruns exactly the rules that use the edited code (params trigger).
-KERNELS = {
-    "data": ["specalign.data", "specalign.io"],
-    "train": ["specalign.mlp.train", "specalign.io"],
-    "diagnostics": [
-        "specalign.mlp.network",
-        "specalign.mlp.commutators",
-        "specalign.mlp.sources",
-        "specalign.mlp.localize",
-        "specalign.mlp.diagnostics",
-        "specalign.io",
-    ],
-    "tables": ["specalign.tables", "specalign.paper"],
-    "models": ["specalign.transformers.sources"],
-    "extract": [
-        "specalign.transformers.families",
-        "specalign.transformers.extract",
-        "specalign.transformers.weights",
-        "specalign.io",
-    ],
-    "spectra": ["specalign.transformers.spectra", "specalign.transformers.extract"],
-    "propagate": [
-        "specalign.transformers.propagate",
-        "specalign.transformers.study",
-        "specalign.transformers.extract",
-    ],
-    "steer": [
-        "specalign.transformers.steer",
-        "specalign.transformers.propagate",
-        "specalign.transformers.study",
-        "specalign.transformers.extract",
-    ],
-    "sphere": ["specalign.transformers.sphere", "specalign.transformers.study"],
-    "plots": ["specalign.plots.commutators", "specalign.tables", "specalign.paper"],
-    "transformer_plots": ["specalign.plots.transformers", "specalign.transformer_tables"],
-    "transformer_tables": ["specalign.transformer_tables", "specalign.tables"],
-    "report": ["specalign.tables", "specalign.paper", "specalign.transformer_tables"],
-}
-
 
 def name_regex(names):
     """A wildcard constraint matching exactly the given names (never an empty regex)."""
@@ -79,8 +38,17 @@ def name_regex(names):
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
-def kernel_hash(step):
-    return code_fingerprint(KERNELS[step])
+def fingerprint_scripts(rules):
+    """Give each script rule the parameter ``code``, the fingerprint of its script and of
+    every specalign module the script can import (specalign.fingerprint).
+
+    Snakemake tracks neither, so without it an edited kernel would not rerun the jobs
+    that use it; the module set is read from the imports, never listed by hand.
+    """
+    rule_files = Path(workflow.basedir) / "rules"  # scripts are given relative to them
+    for each in rules:
+        if each.script:
+            each.set_params(code=script_fingerprint(rule_files / each.script))
 
 
 def exp_cfg(wildcards):
@@ -106,7 +74,7 @@ def exp_json(part):
 
 
 def uci_file(dataset):
-    from specalign.data.uci import DATASETS
+    from specalign.commutators.data.uci import DATASETS
 
     return str(Path(config["data"]["cache"]) / DATASETS[dataset].filename)
 
@@ -167,9 +135,6 @@ def commutator_targets():
     )
 
 
-OVERVIEW_FIGURES = ["figure7_spectra", "figure9_eigvec_continuity", "figure13", "figure14"]
-
-
 def random_twin_spectra(wildcards):
     """The spectra of the model's random-weight twin (`{model}_random`), if configured."""
     twin = f"{wildcards.model}_random"
@@ -187,7 +152,7 @@ def transformer_targets():
         + expand(
             "results/tables/transformers/{m}/{t}.csv",
             m=MODELS,
-            t=["eigenvalues", "propagation", "steering"],
+            t=MODEL_TABLES,
         )
         + expand("results/figures/transformers/{s}.{f}", s=OVERVIEW_FIGURES, f=fmts)
         + ["results/tables/transformers/sphere.csv"]

@@ -1,9 +1,8 @@
 # The commutator study (Nyström, arXiv:2608.22910, Sections 3-5, 9, 10):
 # data -> batched training -> commutator diagnostics -> tables, figures.
 
-# Paper Tables 1-6, the numbers quoted in its text, and the Sec. 10.7 identity residuals.
-TABLES = ["table1", "table2", "table3", "table4", "table5", "table6", "text", "residuals"]
-FIGURES = ["figure1", "figure2", "figure3", "figure4", "figure5"]
+# Output names come from the package (TABLES: paper Tables 1-6, the numbers quoted in
+# its text and the Sec. 10.7 identity residuals; FIGURES: paper Figures 1-5).
 
 
 localrules:
@@ -19,13 +18,12 @@ rule download_data:
         filename="Concrete_Data\\.xls|ENB2012_data\\.xlsx",
     params:
         mirror=config["data"]["mirror"],
-        kernel=kernel_hash("data"),
     conda:
         CONDA_ENV
     log:
         "logs/download_data/{filename}.log",
     script:
-        "../scripts/download_data.py"
+        "../scripts/commutators/download_data.py"
 
 
 rule prepare_data:
@@ -35,13 +33,12 @@ rule prepare_data:
         "results/commutators/{experiment}/data.h5",
     params:
         experiment=exp_json("data"),
-        kernel=kernel_hash("data"),
     conda:
         CONDA_ENV
     log:
         "logs/commutators/{experiment}/prepare_data.log",
     script:
-        "../scripts/prepare_data.py"
+        "../scripts/commutators/prepare_data.py"
 
 
 rule train_ensemble:
@@ -51,7 +48,6 @@ rule train_ensemble:
         "results/commutators/{experiment}/trajectories.h5",
     params:
         experiment=exp_json("train"),
-        kernel=kernel_hash("train"),
     threads: THREADS
     resources:
         **gpu_resources(),
@@ -62,7 +58,7 @@ rule train_ensemble:
     benchmark:
         "benchmarks/commutators/{experiment}/train_ensemble.tsv"
     script:
-        "../scripts/train_ensemble.py"
+        "../scripts/commutators/train_ensemble.py"
 
 
 rule commutators:
@@ -72,7 +68,6 @@ rule commutators:
         "results/commutators/{experiment}/diagnostics.nc",
     params:
         diagnostics=canonical_json(config["commutators"]["diagnostics"]),
-        kernel=kernel_hash("diagnostics"),
     threads: THREADS
     resources:
         mem_mb=MEM_MB,
@@ -83,7 +78,7 @@ rule commutators:
     benchmark:
         "benchmarks/commutators/{experiment}/commutators.tsv"
     script:
-        "../scripts/commutators.py"
+        "../scripts/commutators/commutators.py"
 
 
 rule commutator_tables:
@@ -98,14 +93,12 @@ rule commutator_tables:
             labels=lambda stem: {"table": stem},
         ),
         md=expand("results/tables/commutators/{table}.md", table=TABLES),
-    params:
-        kernel=kernel_hash("tables"),
     conda:
         CONDA_ENV
     log:
         "logs/commutators/tables.log",
     script:
-        "../scripts/commutator_tables.py"
+        "../scripts/commutators/commutator_tables.py"
 
 
 rule commutator_figure:
@@ -123,13 +116,12 @@ rule commutator_figure:
             labels={"figure": "{figure}"},
         ),
     wildcard_constraints:
-        figure="|".join(FIGURES),
+        figure=name_regex(FIGURES),
     params:
         plots=canonical_json(config["plots"]),
-        kernel=kernel_hash("plots"),
     conda:
         CONDA_ENV
     log:
         "logs/commutators/{figure}.log",
     script:
-        "../scripts/commutator_figure.py"
+        "../scripts/commutators/commutator_figure.py"

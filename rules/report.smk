@@ -20,7 +20,6 @@ rule reproduction:
         ),
     params:
         models=MODELS,
-        kernel=kernel_hash("report"),
     conda:
         CONDA_ENV
     log:

@@ -22,7 +22,7 @@ rule fetch_model:
     log:
         "logs/transformers/{model}/fetch_model.log",
     script:
-        "../scripts/fetch_model.py"
+        "../scripts/transformers/fetch_model.py"
 
 
 rule random_model:
@@ -35,13 +35,12 @@ rule random_model:
         model=name_regex(RANDOM_MODELS),
     params:
         seed=lambda w: config["transformers"]["models"][w.model]["seed"],
-        kernel=kernel_hash("models"),
     conda:
         CONDA_ENV
     log:
         "logs/transformers/{model}/random_model.log",
     script:
-        "../scripts/random_model.py"
+        "../scripts/transformers/random_model.py"
 
 
 rule extract_weights:
@@ -49,8 +48,6 @@ rule extract_weights:
         f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
         "results/transformers/{model}/weights.h5",
-    params:
-        kernel=kernel_hash("extract"),
     resources:
         mem_mb=MEM_MB,
     conda:
@@ -60,7 +57,7 @@ rule extract_weights:
     benchmark:
         "benchmarks/transformers/{model}/extract_weights.tsv"
     script:
-        "../scripts/extract_weights.py"
+        "../scripts/transformers/extract_weights.py"
 
 
 rule spectra:
@@ -70,7 +67,6 @@ rule spectra:
         "results/transformers/{model}/spectra.nc",
     params:
         eta=config["transformers"]["eta"],
-        kernel=kernel_hash("spectra"),
     threads: THREADS
     conda:
         CONDA_ENV
@@ -79,7 +75,7 @@ rule spectra:
     benchmark:
         "benchmarks/transformers/{model}/spectra.tsv"
     script:
-        "../scripts/spectra.py"
+        "../scripts/transformers/spectra.py"
 
 
 rule propagate:
@@ -92,7 +88,6 @@ rule propagate:
         settings=canonical_json(
             {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
         ),
-        kernel=kernel_hash("propagate"),
     threads: THREADS
     resources:
         **gpu_resources(),
@@ -103,7 +98,7 @@ rule propagate:
     benchmark:
         "benchmarks/transformers/{model}/propagate.tsv"
     script:
-        "../scripts/propagate.py"
+        "../scripts/transformers/propagate.py"
 
 
 rule steer:
@@ -121,7 +116,6 @@ rule steer:
                 "null_draws": config["transformers"]["propagation"]["null_draws"],
             }
         ),
-        kernel=kernel_hash("steer"),
     threads: THREADS
     resources:
         **gpu_resources(),
@@ -132,7 +126,7 @@ rule steer:
     benchmark:
         "benchmarks/transformers/{model}/steer.tsv"
     script:
-        "../scripts/steer.py"
+        "../scripts/transformers/steer.py"
 
 
 rule sphere_dynamics:
@@ -140,14 +134,13 @@ rule sphere_dynamics:
         "results/transformers/sphere/sphere.nc",
     params:
         settings=canonical_json(config["transformers"]["sphere"]),
-        kernel=kernel_hash("sphere"),
     threads: THREADS
     conda:
         CONDA_ENV
     log:
         "logs/transformers/sphere_dynamics.log",
     script:
-        "../scripts/sphere_dynamics.py"
+        "../scripts/transformers/sphere_dynamics.py"
 
 
 rule transformer_model_figures:
@@ -170,13 +163,12 @@ rule transformer_model_figures:
         ),
     params:
         plots=canonical_json(config["plots"]),
-        kernel=kernel_hash("transformer_plots"),
     conda:
         CONDA_ENV
     log:
         "logs/transformers/{model}/figures.log",
     script:
-        "../scripts/transformer_model_figures.py"
+        "../scripts/transformers/transformer_model_figures.py"
 
 
 rule transformer_model_tables:
@@ -196,14 +188,12 @@ rule transformer_model_tables:
             subcategory="{model}",
             labels=lambda stem: {"model": "{model}", "table": stem},
         ),
-    params:
-        kernel=kernel_hash("transformer_tables"),
     conda:
         CONDA_ENV
     log:
         "logs/transformers/{model}/tables.log",
     script:
-        "../scripts/transformer_model_tables.py"
+        "../scripts/transformers/transformer_model_tables.py"
 
 
 rule transformer_overview:
@@ -233,10 +223,9 @@ rule transformer_overview:
     params:
         plots=canonical_json(config["plots"]),
         models=MODELS,
-        kernel=kernel_hash("transformer_plots"),
     conda:
         CONDA_ENV
     log:
         "logs/transformers/overview.log",
     script:
-        "../scripts/transformer_overview.py"
+        "../scripts/transformers/transformer_overview.py"

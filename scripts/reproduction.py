@@ -1,6 +1,9 @@
 """results/reproduction.md: every number of both papers beside ours."""
 
-from specalign import io, tables, transformer_tables
+from specalign import io
+from specalign.commutators import contracts
+from specalign.commutators import reproduction as commutators
+from specalign.transformers import reproduction as transformers
 from specalign.workflow import run_script
 
 HEADER = """# Reproduction report
@@ -14,8 +17,8 @@ the text says so plainly. These are measurements, not targets: nothing was tuned
 def main(smk):
     parts = [HEADER]
     if smk.input.diagnostics:
-        experiments = tables.load_experiments(smk.input.diagnostics)
-        parts.append(tables.reproduction_markdown(experiments))
+        experiments = contracts.load_experiments(smk.input.diagnostics)
+        parts.append(commutators.reproduction_markdown(experiments))
     if smk.params.models:
         models = list(smk.params.models)
 
@@ -23,7 +26,7 @@ def main(smk):
             return {m: io.read_netcdf(p) for m, p in zip(models, paths, strict=True)}
 
         parts.append(
-            transformer_tables.reproduction_markdown(
+            transformers.reproduction_markdown(
                 load(smk.input.spectra),
                 load(smk.input.propagation),
                 load(smk.input.steering),

@@ -30,12 +30,16 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def finished_run(repo, tmp_path_factory):
-    """The real workflow run once on config/test.yaml, shared by the pipeline tests."""
+    """The real workflow run once on config/test.yaml, shared by the pipeline tests.
+
+    Every job records the specalign modules it loaded into ``module_log/`` (see
+    tests/module_recorder), for the fingerprint test.
+    """
     import shutil
 
-    from snakemake_helpers import run_snakemake
+    from snakemake_helpers import recording_env, run_snakemake
 
     workdir = tmp_path_factory.mktemp("pipeline")
     shutil.copy(repo / "config" / "test.yaml", workdir / "config.yaml")
-    run_snakemake(repo, workdir)
+    run_snakemake(repo, workdir, env=recording_env(workdir))
     return workdir

@@ -44,3 +44,16 @@ def planned_jobs(repo: Path, workdir: Path, env: dict | None = None) -> dict[str
         if m and m.group(1) not in ("total", "all"):
             jobs[m.group(1)] = int(m.group(2))
     return jobs
+
+
+def recording_env(workdir: Path) -> dict:
+    """The environment under which every Python process (each rule's script job among
+    them) records the specalign modules it loaded into ``workdir/module_log/``
+    (tests/module_recorder)."""
+    import os
+
+    log = workdir / "module_log"
+    log.mkdir(exist_ok=True)
+    recorder = str(Path(__file__).resolve().parent / "module_recorder")
+    pythonpath = os.pathsep.join(p for p in (recorder, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=pythonpath, SPECALIGN_MODULE_LOG=str(log))

@@ -2,7 +2,7 @@
 
 Two studies share this package:
 
-* ``specalign.mlp``: the commutator framework for deep ReLU networks
+* ``specalign.commutators``: the commutator framework for deep ReLU networks
   (Nyström, arXiv:2608.22910): gate, internal and feature commutators, the exact
   four-source recursion, buffered localisation, batched training.
 * ``specalign.transformers``: transformer layers as steps of the power method

@@ -10,8 +10,6 @@ resolves one experiment: global training settings overlaid with its own override
 from __future__ import annotations
 
 import copy
-import hashlib
-import importlib.util
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -219,23 +217,3 @@ def experiment_config(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
 def canonical_json(obj: Any) -> str:
     """Key-sorted compact JSON: equal settings give equal strings (rule params)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def code_fingerprint(modules: Iterable[str]) -> str:
-    """A short hash of the source files of the given ``specalign`` modules.
-
-    Snakemake does not track imported modules, so rules pass this as a ``params``
-    value: editing a kernel changes the hash, and Snakemake's params rerun trigger
-    reruns exactly the rules whose kernels changed.
-    """
-    h = hashlib.sha256()
-    for mod in sorted(set(modules)):
-        spec = importlib.util.find_spec(mod)
-        if spec is None or spec.origin is None:
-            raise ConfigError(f"cannot locate module {mod} for the code fingerprint")
-        origin = Path(spec.origin)
-        files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
-        for f in files:
-            h.update(str(f.relative_to(origin.parent.parent)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]

@@ -1,4 +1,5 @@
-"""Transformer layers as steps of the power method (Li & Altafini, arXiv:2605.25619).
+"""The transformer study: transformer layers as steps of the power method (Li &
+Altafini, arXiv:2605.25619).
 
 Weight convention used everywhere in this subpackage (one convention, all families):
 column vectors, y = W x + b, every W stored as (out, in) in float64. For a model with
@@ -8,4 +9,15 @@ column vectors, y = W x + b, every W stored as (out, in) in float64. For a model
 * ``W_O``: (d_model, n_heads * d_head); head h uses the same columns.
 * ``F = W_O W_V`` = sum_h W_O^h W_V^h: (d_model, d_model), the matrix whose principal
   eigenvector tokens tilt towards.
+
+Modules (import them directly; this package imports nothing on purpose). Kernels:
+``families`` (one adapter per model family, its traps named), ``weights`` (the in-memory
+form), ``extract`` (checkpoint -> weights, streamed), ``sources`` (hub, local, package
+and random models), ``spectra``, ``propagate`` (the simplified and the real model, the
+alignment metrics), ``steer``, ``sphere`` (the supplement's dynamics on the sphere).
+
+The same roles as in :mod:`specalign.commutators`: ``contracts`` (``weights.h5`` and the
+manifests, read and written; the modes of ``propagation.nc``), ``paper`` (the paper's
+claims, as data), ``tables``, ``reproduction`` (the transformer half of
+``results/reproduction.md``) and ``figures``.
 """

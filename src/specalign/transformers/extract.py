@@ -9,21 +9,8 @@ fall back to ``pytorch_model.bin`` (or its sharded index), loaded with
 ``torch.load(mmap=True, weights_only=True)`` so the pickle is neither executed nor read
 into memory.
 
-``weights.h5`` contract (``results/transformers/{model}/weights.h5``; all float64,
-y = W x + b with W stored (out, in)):
-
-* ``F`` (block, d, d): F_b = W_O W_V of each distinct block.
-* ``layer_block`` (layer,) int64: block index used by each layer.
-* ``blocks/{b}/W_Q``, ``W_K``, ``W_V`` (n_heads*d_head, d), ``W_O`` (d, n_heads*d_head),
-  ``b_Q``, ``b_K``, ``b_V`` (n_heads*d_head,), ``b_O`` (d,), ``ln_weight``,
-  ``ln_bias`` (d,).
-* ``embedding_projection/W`` (d, embedding_size) and ``embedding_projection/b`` (d,):
-  ALBERT only.
-* root attributes: ``source``, ``revision``, ``family``, ``d_model``, ``n_heads``,
-  ``d_head``, ``n_layers``, ``n_blocks``, ``shared``, ``ln_position``, ``causal``,
-  ``attn_scale``, ``layer_attention`` (JSON list), ``window_size`` (int or "null"),
-  ``ln_eps``, ``has_bias`` (JSON list of {"Q","K","V","O": bool} per block),
-  ``convention``, ``format_version``.
+The ``weights.h5`` file it streams into is described in
+:mod:`specalign.transformers.contracts`.
 """
 
 from __future__ import annotations
@@ -37,29 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from ..io import InputFileError, atomic_path, checksummed, read_h5
-from ..runtime import release_freed_memory
-from .families import FamilyAdapter, adapter_for
-from .weights import BlockWeights, ModelWeights
+from specalign.io import InputFileError, atomic_path, checksummed
+from specalign.runtime import release_freed_memory
+from specalign.transformers.contracts import BIAS_KEYS, BLOCK_FIELDS, write_weights_attrs
+from specalign.transformers.families import FamilyAdapter, adapter_for
+from specalign.transformers.weights import BlockWeights, ModelWeights
 
-FORMAT_VERSION = 1
-_BLOCK_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight", "ln_bias")
-_BIAS_KEYS = ("Q", "K", "V", "O")
-_ROOT_ATTRS = (
-    "source",
-    "revision",
-    "family",
-    "d_model",
-    "n_heads",
-    "n_layers",
-    "shared",
-    "ln_position",
-    "causal",
-    "attn_scale",
-    "layer_attention",
-    "window_size",
-    "ln_eps",
-)
 _SNAPSHOT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -373,155 +343,13 @@ def extract_to_h5(
 
         def write_block(b: int, blk: BlockWeights) -> None:
             F[b] = blk.F
-            for name in _BLOCK_FIELDS:
+            for name in BLOCK_FIELDS:
                 arr = np.asarray(getattr(blk, name), dtype=np.float64)
                 f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
-            has_bias.append({k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS})
+            has_bias.append({k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS})
 
         extras = _stream_blocks(model_dir, adapter, write_block)
         mw = _model_weights(model_dir, config, adapter, [], extras, source, revision)
         d_head = f["blocks/0/W_V"].shape[0] // mw.n_heads
-        _write_common(f, mw, has_bias, d_head)
+        write_weights_attrs(f, mw, has_bias, d_head)
     return mw
-
-
-# ----------------------------------------------------------------------------- weights.h5
-
-
-def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
-    """Write ``mw`` to ``path`` atomically in the ``weights.h5`` contract (module doc)."""
-    import h5py
-
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        F = np.stack([blk.F for blk in mw.blocks]).astype(np.float64)
-        f.create_dataset("F", data=F, chunks=(1, *F.shape[1:]), fletcher32=True)
-        for b, blk in enumerate(mw.blocks):
-            for name in _BLOCK_FIELDS:
-                arr = np.asarray(getattr(blk, name), dtype=np.float64)
-                f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
-        has_bias = [{k: bool(blk.has_bias.get(k, True)) for k in _BIAS_KEYS} for blk in mw.blocks]
-        _write_common(f, mw, has_bias, mw.d_head)
-
-
-def _write_common(f: Any, mw: ModelWeights, has_bias: list[dict[str, bool]], d_head: int) -> None:
-    """The datasets and root attributes that do not depend on the blocks' contents."""
-    layer_block = np.asarray(mw.layer_block, dtype=np.int64)
-    f.create_dataset("layer_block", data=layer_block, **checksummed(layer_block))
-    if mw.embedding_projection is not None:
-        bias = mw.embedding_projection_bias
-        for name, value in (
-            ("W", mw.embedding_projection),
-            ("b", np.zeros(mw.d_model) if bias is None else bias),
-        ):
-            arr = np.asarray(value, np.float64)
-            f.create_dataset(f"embedding_projection/{name}", data=arr, **checksummed(arr))
-    attrs: dict[str, Any] = {
-        "source": mw.source,
-        "revision": mw.revision,
-        "family": mw.family,
-        "d_model": int(mw.d_model),
-        "n_heads": int(mw.n_heads),
-        "d_head": int(d_head),
-        "n_layers": int(mw.n_layers),
-        "n_blocks": len(has_bias),
-        "shared": bool(len(has_bias) == 1 and mw.n_layers > 1),
-        "ln_position": mw.ln_position,
-        "causal": bool(mw.causal),
-        "attn_scale": float(mw.attn_scale),
-        "layer_attention": json.dumps(list(mw.layer_attention)),
-        "window_size": "null" if mw.window_size is None else int(mw.window_size),
-        "ln_eps": float(mw.ln_eps),
-        "has_bias": json.dumps(has_bias),
-        "convention": "y = W x + b; W stored (out, in); F = W_O W_V; float64",
-        "format_version": FORMAT_VERSION,
-    }
-    for key, value in attrs.items():
-        f.attrs[key] = value
-
-
-def read_weights_h5(path: str | Path) -> ModelWeights:
-    """Read a ``weights.h5`` back; InputFileError naming ``path`` if it breaks the contract."""
-    path = Path(path)
-    data, attrs = read_h5(path)  # InputFileError for missing/truncated/corrupt files
-
-    def fail(msg: str) -> InputFileError:
-        return InputFileError(f"{path}: {msg} (weights.h5 contract)")
-
-    missing = [a for a in _ROOT_ATTRS if a not in attrs]
-    if missing:
-        raise fail(f"missing root attribute(s) {', '.join(missing)}")
-    if "F" not in data or "layer_block" not in data:
-        raise fail("missing dataset F or layer_block")
-    n_blocks = data["F"].shape[0]
-    try:
-        has_bias = _json_attr(attrs.get("has_bias"), [{}] * n_blocks)
-        layer_attention = _json_attr(attrs["layer_attention"], None)
-        window_size = _json_attr(attrs["window_size"], None)
-    except ValueError as exc:
-        raise fail(f"unparseable JSON attribute ({exc})") from exc
-    blocks = []
-    for b in range(n_blocks):
-        names = [f"blocks/{b}/{name}" for name in _BLOCK_FIELDS]
-        absent = [n for n in names if n not in data]
-        if absent:
-            raise fail(f"missing {', '.join(absent)}")
-        pairs = zip(_BLOCK_FIELDS, names, strict=True)
-        fields = {name: np.asarray(data[n], np.float64) for name, n in pairs}
-        blocks.append(BlockWeights(**fields, has_bias=dict(has_bias[b])))
-    layer_block = np.asarray(data["layer_block"], dtype=np.int64)
-    mw = ModelWeights(
-        family=str(attrs["family"]),
-        d_model=int(attrs["d_model"]),
-        n_heads=int(attrs["n_heads"]),
-        n_layers=int(attrs["n_layers"]),
-        blocks=blocks,
-        layer_block=layer_block,
-        ln_position=str(attrs["ln_position"]),
-        causal=bool(attrs["causal"]),
-        attn_scale=float(attrs["attn_scale"]),
-        layer_attention=list(layer_attention),
-        window_size=None if window_size is None else int(window_size),
-        ln_eps=float(attrs["ln_eps"]),
-        source=str(attrs["source"]),
-        revision=str(attrs["revision"]),
-        embedding_projection=data.get("embedding_projection/W"),
-        embedding_projection_bias=data.get("embedding_projection/b"),
-    )
-    _check_shapes(mw, data["F"], fail)
-    return mw
-
-
-def _json_attr(value: Any, default: Any) -> Any:
-    if value is None:
-        return default
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _check_shapes(mw: ModelWeights, F: np.ndarray, fail: Callable[[str], InputFileError]) -> None:
-    """Consistency of a read-back ModelWeights, so a damaged file fails here, not later."""
-    d, inner = mw.d_model, mw.blocks[0].W_V.shape[0] if mw.blocks else 0
-    if not mw.blocks or F.shape != (len(mw.blocks), d, d):
-        raise fail(f"F has shape {F.shape}, expected ({len(mw.blocks)}, {d}, {d})")
-    if inner % mw.n_heads:
-        raise fail(f"W_V has {inner} rows, not a multiple of n_heads={mw.n_heads}")
-    expect = {
-        "W_Q": (inner, d),
-        "W_K": (inner, d),
-        "W_V": (inner, d),
-        "W_O": (d, inner),
-        "b_Q": (inner,),
-        "b_K": (inner,),
-        "b_V": (inner,),
-        "b_O": (d,),
-        "ln_weight": (d,),
-        "ln_bias": (d,),
-    }
-    for b, blk in enumerate(mw.blocks):
-        for name, shape in expect.items():
-            if getattr(blk, name).shape != shape:
-                raise fail(f"blocks/{b}/{name} has shape {getattr(blk, name).shape}, not {shape}")
-    lb = mw.layer_block
-    if lb.shape != (mw.n_layers,) or (lb.size and (lb.min() < 0 or lb.max() >= len(mw.blocks))):
-        raise fail(f"layer_block {lb.tolist()} inconsistent with {len(mw.blocks)} block(s)")
-    if len(mw.layer_attention) != mw.n_layers:
-        raise fail(f"layer_attention has {len(mw.layer_attention)} entries, not {mw.n_layers}")

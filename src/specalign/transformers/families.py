@@ -39,7 +39,10 @@ gpt_neo     ``h.{i}.attn.attention.{q,k,v}_proj``  No q/k/v bias (zeros, ``has_b
 ==========  =====================================  ==============================================
 
 Adding a family is one small subclass of ``FamilyAdapter`` registered in ``FAMILIES``
-under its config.json ``model_type``.
+under its config.json ``model_type``. Everything the rest of the package needs to know
+about a family is a class attribute or method of its adapter (causal or not, shared
+weights, where the final norm and the attention output projection live, the attention
+scale and pattern), so no other module tests a family's name.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from .weights import BlockWeights
+from specalign.transformers.weights import BlockWeights
 
 
 class UnknownFamilyError(ValueError):
@@ -94,6 +97,20 @@ class FamilyAdapter(ABC):
     causal: ClassVar[bool]
     probe: ClassVar[str]
     prefixes: ClassVar[tuple[str, ...]]
+    #: One block serves every layer (ALBERT): the paper's shared-weight case.
+    shared_weights: ClassVar[bool] = False
+    #: ``AutoModelForCausalLM`` gives next-token probabilities (used by steering).
+    causal_lm: ClassVar[bool] = False
+    #: Attribute of the base ``AutoModel`` holding the final norm applied to the last
+    #: hidden state (None: the family has none), removed so every state is the
+    #: residual stream.
+    final_norm: ClassVar[str | None] = None
+    #: Path, inside the causal LM, of layer ``{layer}``'s attention output projection,
+    #: whose weight steering replaces (None: no causal LM).
+    out_projection: ClassVar[str | None] = None
+    #: Whether that projection stores its weight (in, out) (GPT-2's Conv1D) rather than
+    #: nn.Linear's (out, in).
+    out_projection_transposed: ClassVar[bool] = False
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = dict(config)
@@ -238,6 +255,7 @@ class AlbertAdapter(FamilyAdapter):
     model_type = "albert"
     ln_position = "post"
     causal = False
+    shared_weights = True
     probe = "encoder.albert_layer_groups.0.albert_layers.0.attention.query.weight"
     prefixes = ("albert.", "")
 
@@ -300,6 +318,10 @@ class GPT2Adapter(FamilyAdapter):
     model_type = "gpt2"
     ln_position = "pre"
     causal = True
+    causal_lm = True
+    final_norm = "ln_f"
+    out_projection = "transformer.h.{layer}.attn.c_proj"
+    out_projection_transposed = True
     probe = "h.0.attn.c_attn.weight"
     prefixes = ("transformer.", "")
 
@@ -348,6 +370,9 @@ class GPTNeoAdapter(FamilyAdapter):
     model_type = "gpt_neo"
     ln_position = "pre"
     causal = True
+    causal_lm = True
+    final_norm = "ln_f"
+    out_projection = "transformer.h.{layer}.attn.attention.out_proj"
     probe = "h.0.attn.attention.q_proj.weight"
     prefixes = ("transformer.", "")
 
@@ -389,13 +414,17 @@ FAMILIES: dict[str, type[FamilyAdapter]] = {
 }
 
 
-def adapter_for(config: Mapping[str, Any]) -> FamilyAdapter:
-    """The adapter for a parsed config.json; unknown ``model_type`` raises with the list."""
-    model_type = config.get("model_type")
+def family(model_type: Any) -> type[FamilyAdapter]:
+    """The adapter class of ``model_type``; an unknown one raises with the list."""
     if model_type not in FAMILIES:
         raise UnknownFamilyError(
             f"unsupported model_type {model_type!r} in config.json; supported: "
             f"{', '.join(sorted(FAMILIES))}; fix: use a model of a supported family, or add "
             "a FamilyAdapter for this one in specalign.transformers.families"
         )
-    return FAMILIES[model_type](config)
+    return FAMILIES[model_type]
+
+
+def adapter_for(config: Mapping[str, Any]) -> FamilyAdapter:
+    """The adapter for a parsed config.json; unknown ``model_type`` raises with the list."""
+    return family(config.get("model_type"))(config)

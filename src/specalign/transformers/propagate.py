@@ -36,15 +36,20 @@ exist (no real eigenvalue) is NaN and so are the metrics that use it.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
 
-from .weights import BlockWeights, ModelWeights
+from specalign.io import InputFileError
+from specalign.transformers.contracts import MODES
+from specalign.transformers.families import family
+from specalign.transformers.weights import BlockWeights, ModelWeights
 
 Corr = Literal["cosine", "pearson"]
 
@@ -318,7 +323,8 @@ def real_forward_hidden_states(
     and runs ``input_ids`` (n_prompts, n_tokens) with ``output_hidden_states=True``.
     Returns float64 (n_layers + 1, n_prompts, n_tokens, d): state 0 is the embedding output
     (for ALBERT after the embedding-to-hidden projection), state t the output of layer t.
-    Pre-LN models (GPT-2, GPT-Neo) apply a final ``ln_f`` to their last hidden state;
+    Families with a final norm (the adapter's ``final_norm``: ``ln_f`` of GPT-2 and GPT-Neo)
+    apply it to their last hidden state;
     with ``final_norm=False`` (default) it is replaced by the identity so that every state
     is the residual stream, comparable across layers. ``dtype`` (a torch dtype) defaults
     to float32; eager attention is used.
@@ -333,8 +339,9 @@ def real_forward_hidden_states(
         str(model_dir), local_files_only=True, attn_implementation="eager"
     )
     model = model.to(device=device, dtype=dtype or torch.float32).eval()
-    if not final_norm and hasattr(model, "ln_f"):
-        model.ln_f = torch.nn.Identity()
+    norm = family(getattr(model.config, "model_type", None)).final_norm
+    if not final_norm and norm is not None:
+        setattr(model, norm, torch.nn.Identity())
     with torch.no_grad():
         t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
         out = model(
@@ -472,24 +479,11 @@ def propagation_metrics(
     for the real model, so larger tokens weigh more).
     Distances use unit-normalised tokens unless ``normalize_distance=False``.
     """
-    if not states:
-        raise ValueError("states is empty")
     if proj not in ("top2", "v1"):
         raise ValueError(f"proj must be 'top2' or 'v1', got {proj!r}")
     if n_null_draws < 1:
         raise ValueError("n_null_draws must be >= 1")
-    shapes = {m: np.asarray(s).shape for m, s in states.items()}
-    base = next(iter(shapes.values()))
-    for m, sh in shapes.items():
-        if len(sh) != 4 or sh[1:] != base[1:] or sh[-1] != mw.d_model:
-            raise ValueError(
-                f"mode {m!r}: states {sh} must be (T+1, n_prompts, n_tokens, {mw.d_model}) "
-                f"with the same prompts as the others {base}"
-            )
-    T = max(sh[0] for sh in shapes.values()) - 1
-    if T < 1:
-        raise ValueError("states need at least one layer (T + 1 >= 2)")
-    P, N, d = base[1:]
+    T, P, N, d = _states_shape(mw, states)
     dirs = layer_directions(mw, T)
     rng = np.random.default_rng(seed)
     rand = _unit(rng.standard_normal((n_null_draws, T, d)))
@@ -500,41 +494,14 @@ def propagation_metrics(
         bases = dirs["top2_basis"]
 
     modes = list(states)
-    M = len(modes)
-    per_tok, per_layer = ("mode", "layer", "token"), ("mode", "layer")
-    per_prompt = ("mode", "layer", "prompt")
-    align_dims = {
-        "gamma": per_tok, "psi": per_tok, "rho": per_layer,
-        "gamma_mean": per_prompt, "psi_mean": per_prompt, "rho_mean": per_layer,
-    }  # fmt: skip
-    sizes = {"mode": M, "layer": T, "token": P * N, "prompt": P, "state": T + 1}
-    var_dims: dict[str, tuple[str, ...]] = {}
-    for suffix in ("", "_null", "_neg_null"):
-        var_dims.update({k + suffix: dm for k, dm in align_dims.items()})
-    var_dims.update(gamma_v2=per_tok, corr_proj=per_tok, token_distance=("mode", "state", "prompt"))
-    out = {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in var_dims.items()}
-
+    sizes = {"mode": len(modes), "layer": T, "token": P * N, "prompt": P, "state": T + 1}
+    out = {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in _METRIC_DIMS.items()}
     for mi, mode in enumerate(modes):
         S = np.asarray(states[mode], dtype=np.float64)
-        Tm = S.shape[0] - 1  # modes may be shorter (the real model is never prolonged)
-        Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
-        for k, val in _align(Su, Mu, _unit_rows(dirs["v1"][:Tm], corr)).items():
-            out[k][mi, :Tm] = val
-        for k, val in _align(Su, Mu, _unit_rows(dirs["v_neg"][:Tm], corr)).items():
-            out[k + "_neg_null"][mi, :Tm] = val
-        draws = [_align(Su, Mu, _unit_rows(rand[r, :Tm], corr)) for r in range(n_null_draws)]
-        for k in align_dims:
-            out[k + "_null"][mi, :Tm] = np.mean([dr[k] for dr in draws], axis=0)
-        after = S[1:]
-        out["gamma_v2"][mi, :Tm] = np.abs(
-            correlation(after, dirs["v2"][:Tm, None, None, :], corr)
-        ).reshape(Tm, -1)
-        coef = np.einsum("tdk,tpnd->tpnk", bases[:Tm], after)
-        proj_x = np.einsum("tdk,tpnk->tpnd", bases[:Tm], coef)
-        out["corr_proj"][mi, :Tm] = np.abs(correlation(after, proj_x, corr)).reshape(Tm, -1)
-        out["token_distance"][mi, : Tm + 1] = token_distance(S, normalize=normalize_distance)
+        for k, val in _mode_metrics(S, dirs, rand, bases, corr, normalize_distance).items():
+            out[k][mi, : val.shape[0]] = val
 
-    data_vars: dict[str, Any] = {k: (var_dims[k], arr) for k, arr in out.items()}
+    data_vars: dict[str, Any] = {k: (_METRIC_DIMS[k], arr) for k, arr in out.items()}
     for k in ("lambda_v1", "lambda_v2", "lambda_neg"):
         data_vars[k] = (("layer",), dirs[k].astype(np.float64))
     data_vars["lambda1_is_complex"] = (("layer",), dirs["lambda1_is_complex"].astype(np.int8))
@@ -566,6 +533,75 @@ def propagation_metrics(
             ),
         },
     )
+
+
+_PER_TOKEN = ("mode", "layer", "token")
+_PER_LAYER = ("mode", "layer")
+_PER_PROMPT = ("mode", "layer", "prompt")
+#: The dims of each alignment metric of :func:`_align`.
+_ALIGN_DIMS: dict[str, tuple[str, ...]] = {
+    "gamma": _PER_TOKEN,
+    "psi": _PER_TOKEN,
+    "rho": _PER_LAYER,
+    "gamma_mean": _PER_PROMPT,
+    "psi_mean": _PER_PROMPT,
+    "rho_mean": _PER_LAYER,
+}
+#: The dims of every variable of :func:`propagation_metrics`: the alignment metrics
+#: against v1 and their two nulls, then the others.
+_METRIC_DIMS: dict[str, tuple[str, ...]] = {
+    **{k + suffix: dm for suffix in ("", "_null", "_neg_null") for k, dm in _ALIGN_DIMS.items()},
+    "gamma_v2": _PER_TOKEN,
+    "corr_proj": _PER_TOKEN,
+    "token_distance": ("mode", "state", "prompt"),
+}
+
+
+def _states_shape(mw: ModelWeights, states: Mapping[str, np.ndarray]) -> tuple[int, ...]:
+    """(T, n_prompts, n_tokens, d) shared by all modes, T the longest; checked."""
+    if not states:
+        raise ValueError("states is empty")
+    shapes = {m: np.asarray(s).shape for m, s in states.items()}
+    base = next(iter(shapes.values()))
+    for m, sh in shapes.items():
+        if len(sh) != 4 or sh[1:] != base[1:] or sh[-1] != mw.d_model:
+            raise ValueError(
+                f"mode {m!r}: states {sh} must be (T+1, n_prompts, n_tokens, {mw.d_model}) "
+                f"with the same prompts as the others {base}"
+            )
+    T = max(sh[0] for sh in shapes.values()) - 1
+    if T < 1:
+        raise ValueError("states need at least one layer (T + 1 >= 2)")
+    return (T, *base[1:])
+
+
+def _mode_metrics(
+    S: np.ndarray,
+    dirs: Mapping[str, np.ndarray],
+    rand: np.ndarray,
+    bases: np.ndarray,
+    corr: Corr,
+    normalize_distance: bool,
+) -> dict[str, np.ndarray]:
+    """Every metric of one mode's states S (T_m + 1, P, N, d), over its own T_m layers
+    (modes may be shorter: the real model is never prolonged)."""
+    Tm = S.shape[0] - 1
+    Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
+    out = _align(Su, Mu, _unit_rows(dirs["v1"][:Tm], corr))
+    for k, val in _align(Su, Mu, _unit_rows(dirs["v_neg"][:Tm], corr)).items():
+        out[k + "_neg_null"] = val
+    draws = [_align(Su, Mu, _unit_rows(rand[r, :Tm], corr)) for r in range(rand.shape[0])]
+    for k in _ALIGN_DIMS:
+        out[k + "_null"] = np.mean([dr[k] for dr in draws], axis=0)
+    after = S[1:]
+    out["gamma_v2"] = np.abs(correlation(after, dirs["v2"][:Tm, None, None, :], corr)).reshape(
+        Tm, -1
+    )
+    coef = np.einsum("tdk,tpnd->tpnk", bases[:Tm], after)
+    proj_x = np.einsum("tdk,tpnk->tpnd", bases[:Tm], coef)
+    out["corr_proj"] = np.abs(correlation(after, proj_x, corr)).reshape(Tm, -1)
+    out["token_distance"] = token_distance(S, normalize=normalize_distance)
+    return out
 
 
 # --------------------------------------------------------------------------- prompts
@@ -608,3 +644,120 @@ def text_prompts(
     if not rows:
         raise ValueError(f"no line has at least {n_tokens} tokens")
     return np.asarray(rows, dtype=np.int64)
+
+
+def load_tokenizer(model_dir: str | Path) -> Any | None:
+    """The model's tokenizer from its folder, or None when the folder has none."""
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def prompt_ids(model_dir: str | Path, cfg: Mapping[str, Any]) -> np.ndarray:
+    """(n_prompts, n_tokens) token ids for the configured prompt source.
+
+    ``random``: seeded uniform ids from the vocabulary without the special tokens (the
+    paper's ALBERT figures use 100 prompts of 10 tokens). ``text``: the first
+    ``n_tokens`` tokens of each line of a local file that has that many. ``dataset``:
+    the same from a Hugging Face dataset's text column (needs the ``datasets`` package
+    and the network).
+    """
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    n_prompts, n_tokens = int(cfg["n_prompts"]), int(cfg["n_tokens"])
+    tok = load_tokenizer(model_dir)
+    if cfg["kind"] == "random":
+        special = list(getattr(tok, "all_special_ids", []) or []) if tok else []
+        return random_prompts(
+            int(config["vocab_size"]), n_prompts, n_tokens, int(cfg["seed"]), special
+        )
+    if tok is None:
+        raise InputFileError(f"{model_dir}: no tokenizer files for {cfg['kind']} prompts")
+    if cfg["kind"] == "text":
+        lines = Path(cfg["text_file"]).read_text(encoding="utf-8").splitlines()
+    else:
+        try:
+            import datasets
+        except ImportError as exc:
+            raise RuntimeError(
+                "prompts.kind 'dataset' needs the `datasets` package (pip install datasets) "
+                "and network access; use kind 'text' with a local file offline"
+            ) from exc
+        data = datasets.load_dataset(
+            cfg["dataset"], cfg.get("dataset_config"), split=cfg["dataset_split"]
+        )
+        lines = (row[cfg["dataset_column"]] for row in data)
+    ids = text_prompts(tok, lines, n_tokens)
+    return ids[:n_prompts]
+
+
+# --------------------------------------------------------------------------- propagation
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "float64": torch.float64}[name]
+
+
+def propagation_states(
+    mw: ModelWeights,
+    model_dir: str | Path,
+    ids: np.ndarray,
+    eta: float,
+    cfg: Mapping[str, Any],
+    device: str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """The token states of every mode, each (T_mode + 1, n_prompts, n_tokens, d).
+
+    ``progress(done, total)`` is called after each mode (the real model first, since
+    the simplified runs start from its embedding output).
+    """
+    prolong = int(cfg["prolonged_layers"]) > mw.n_layers
+    T = int(cfg["prolonged_layers"])
+    runs: list[tuple[str, Callable[[np.ndarray], np.ndarray]]] = [
+        ("simplified_real", lambda X0: simplified_forward(mw, X0, eta, "real")),
+        ("simplified_full", lambda X0: simplified_forward(mw, X0, eta, "full")),
+    ]
+    if prolong:
+        runs += [
+            ("prolonged_real", lambda X0: simplified_forward(mw, X0, eta, "real", T)),
+            ("prolonged_full", lambda X0: simplified_forward(mw, X0, eta, "full", T)),
+        ]
+    total = len(runs) + 1
+    hidden = real_forward_hidden_states(
+        model_dir, ids, device=device, dtype=_torch_dtype(cfg["real_dtype"])
+    )
+    if progress:
+        progress(1, total)
+    states = {"real_model": hidden}
+    for i, (mode, run) in enumerate(runs, start=2):
+        states[mode] = run(hidden[0])
+        if progress:
+            progress(i, total)
+    return {mode: states[mode] for mode in MODES if mode in states}
+
+
+def propagation_dataset(
+    mw: ModelWeights,
+    states: Mapping[str, np.ndarray],
+    cfg: Mapping[str, Any],
+    seed: int,
+) -> xr.Dataset:
+    """All metrics of ``propagation_metrics`` with the configured correlation,
+    plus ``gamma``, ``psi``, ``rho`` and their random-direction nulls under the other
+    correlation (suffix ``_pearson`` or ``_cosine``) so the two readings can be compared.
+    """
+    corr = cfg["corr"]
+    other = "pearson" if corr == "cosine" else "cosine"
+    draws = int(cfg["null_draws"])
+    ds = propagation_metrics(mw, states, corr=corr, n_null_draws=draws, seed=seed)
+    alt = propagation_metrics(mw, states, corr=other, n_null_draws=draws, seed=seed)
+    for var in ("gamma", "psi", "rho", "gamma_null", "rho_null", "rho_mean"):
+        ds[f"{var}_{other}"] = alt[var]
+        ds[f"{var}_{other}"].attrs["description"] = f"{var} with corr = {other}"
+    ds.attrs.update(corr=corr, corr_other=other)
+    return ds

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import InputFileError
+from specalign.io import InputFileError
 
 TOKENIZER_PATTERNS = (
     "tokenizer*",
@@ -265,3 +265,14 @@ def make_random_model(
             shutil.rmtree(tmp)
         raise
     return out_dir
+
+
+_SOURCE_FIELDS = {"hub": ("id", "revision"), "local": ("path",), "package": ("package",)}
+
+
+def source_spec(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``sources.resolve_model_dir`` spec of a configured (non-random) model."""
+    kind = model_cfg["source"]
+    if kind not in _SOURCE_FIELDS:
+        raise ValueError(f"model source {kind!r} is not fetched (one of {list(_SOURCE_FIELDS)})")
+    return {"kind": kind, **{k: model_cfg[k] for k in _SOURCE_FIELDS[kind]}}

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .weights import ModelWeights
+from specalign.transformers.weights import ModelWeights
 
 
 def _order(eigenvalues: np.ndarray) -> np.ndarray:

@@ -48,11 +48,12 @@ the two agree for symmetric F (and have the same spectrum in general). See
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
+import xarray as xr
 from scipy.linalg import null_space
 
 Attention = Literal["softmax", "full"]
@@ -485,3 +486,110 @@ def measured_convergence_rate(gamma: np.ndarray, tail: float = 0.5, floor: float
         raise ValueError("tail too short to measure a rate")
     slope = np.polyfit(t, np.log(s[t]), 1)[0]
     return float(np.exp(slope))
+
+
+# --------------------------------------------------------------------------- sphere.nc
+
+
+def _consensus_jacobians(
+    F: np.ndarray, V: np.ndarray, eta: float, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted moduli of the tangent Jacobian's eigenvalues at each consensus x_i = v_k:
+    numeric (float64 autograd), closed form, and the supplement's list (NaN-padded to
+    n d values), each (d, .)."""
+    d = F.shape[0]
+    numeric, closed, supplement = [], [], []
+    for k in range(d):
+        X = consensus_state(V[:, k], n)
+        J = tangent_jacobian(X, F, eta, "full")
+        numeric.append(np.sort(np.abs(np.linalg.eigvals(J)))[::-1])
+        closed.append(np.sort(np.abs(consensus_jacobian_eigenvalues(F, eta, k, n)))[::-1])
+        supplement.append(np.sort(np.abs(supplement_consensus_eigenvalues(F, eta, k, n)))[::-1])
+    supp = np.full((d, n * d), np.nan)
+    for k, s in enumerate(supplement):
+        supp[k, : s.size] = s
+    return np.array(numeric), np.array(closed), supp
+
+
+def sphere_dataset(cfg: Mapping[str, Any]) -> xr.Dataset:
+    """The supplement's examples on S^{d-1} (Figures 13, 14) and its stability claims.
+
+    F = Q diag(eigenvalues) Q^T with a seeded random orthogonal Q (symmetric, so every
+    consensus point x_i = v_k is an equilibrium of the full-attention map); the 5-head
+    example splits F into random symmetric heads summing to F, each with its own random
+    bilinear attention form.
+    """
+    rng = np.random.default_rng(int(cfg["seed"]))
+    d, n, H = int(cfg["d"]), int(cfg["n"]), int(cfg["heads"])
+    eta, beta, steps = float(cfg["eta"]), float(cfg["beta"]), int(cfg["steps"])
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    F = Q @ np.diag(np.asarray(cfg["eigenvalues"], dtype=float)) @ Q.T
+    lam, V = consensus_points(F)
+    v1 = V[:, 0]
+
+    parts = rng.standard_normal((H, d, d))
+    parts = (parts + parts.transpose(0, 2, 1)) / 2
+    F_heads = F / H + parts - parts.mean(axis=0)
+    B_heads = rng.standard_normal((H, d, d)) / np.sqrt(d)
+    X0 = rng.standard_normal((n, d))
+
+    single = simulate(X0, F, eta, steps, "softmax", None, beta)
+    multi = simulate(X0, F_heads, eta, steps, "softmax", B_heads, beta)
+    full = simulate(X0, F, eta, steps, "full")
+
+    bip = bipartite_state(v1, n // 2, n - n // 2)
+    perts = [float(p) for p in cfg["perturbations"]]
+    bip_traj = []
+    for p in perts:
+        noise = rng.standard_normal((n, d))
+        bip_traj.append(simulate(bip + p * noise, F, eta, steps, "softmax", None, beta))
+
+    numeric_a, closed_a, supp = _consensus_jacobians(F, V, eta, n)
+
+    gamma_full = np.abs(full @ v1)  # (steps + 1, n): unit tokens, unit v1
+    rate_measured = measured_convergence_rate(gamma_full[1:])
+    ds = xr.Dataset(
+        {
+            "F": (("row", "col"), F),
+            "eigenvalues": (("k",), lam),
+            "eigenvectors": (("component", "k"), V),
+            "traj_single": (("step", "token", "component"), single),
+            "traj_multi": (("step", "token", "component"), multi),
+            "traj_full": (("step", "token", "component"), full),
+            "corr_v1_single": (("step", "token"), single @ v1),
+            "corr_v1_multi": (("step", "token"), multi @ v1),
+            "traj_bipartite": (("perturbation", "step", "token", "component"), np.stack(bip_traj)),
+            "bipartite_distance": (
+                ("perturbation", "step"),
+                np.linalg.norm(np.stack(bip_traj) - bip, axis=(-2, -1)),
+            ),
+            "jacobian_numeric": (("k", "mode"), numeric_a),
+            "jacobian_closed_form": (("k", "mode"), closed_a),
+            "jacobian_supplement": (("k", "mode_supplement"), supp),
+            "jacobian_max_abs_diff": (("k",), np.max(np.abs(numeric_a - closed_a), axis=1)),
+            "jacobian_spectral_radius": (("k",), numeric_a[:, 0]),
+            "stable": (("k",), (numeric_a[:, 0] < 1.0).astype(np.int8)),
+            "gamma_full": (("step", "token"), gamma_full),
+        },
+        coords={"perturbation": perts, "k": np.arange(d), "step": np.arange(steps + 1)},
+    )
+    ds.attrs.update(
+        d=d,
+        n=n,
+        heads=H,
+        eta=eta,
+        beta=beta,
+        seed=int(cfg["seed"]),
+        stepsize_bound=float(stepsize_bound(F)),
+        eta_within_bound=int(eta < stepsize_bound(F)),
+        rate_predicted=float(convergence_rate_prediction(F, eta)),
+        rate_asymptotic=float(asymptotic_rate(F, eta, n)),
+        rate_measured=float(rate_measured),
+        note=(
+            "jacobian_closed_form: the tangent-space eigenvalues (1 + eta l_h)/|1 + eta l_k| "
+            "and 1/|1 + eta l_k|; jacobian_supplement adds the supplement's n radial values "
+            "(1 - eta l + eta^2 l^2)/(1 + eta l), which are not modes of the dynamics on the "
+            "sphere (see specalign.transformers.sphere)."
+        ),
+    )
+    return ds

@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
 
-from .propagate import Corr, correlation, simplified_forward
-from .weights import ModelWeights
+from specalign.io import InputFileError
+from specalign.transformers import propagate
+from specalign.transformers.families import family
+from specalign.transformers.propagate import Corr
+from specalign.transformers.weights import ModelWeights
 
 Method = Literal["min_norm", "lstsq"]
 
@@ -200,13 +205,19 @@ def steering_gamma(
     u = _unit(u)
     finals = []
     for weights in (mw, steered_weights(mw, W_O_new)):
-        finals.append(simplified_forward(weights, X0, eta, attention=attention)[-1])
+        finals.append(propagate.simplified_forward(weights, X0, eta, attention=attention)[-1])
     S = np.stack(finals)  # (2, P, N, d)
     P, N = S.shape[1:3]
     return xr.Dataset(
         {
-            "gamma_u": (("variant", "token"), np.abs(correlation(S, u, corr)).reshape(2, -1)),
-            "gamma_u_mean": (("variant", "prompt"), np.abs(correlation(S.mean(axis=2), u, corr))),
+            "gamma_u": (
+                ("variant", "token"),
+                np.abs(propagate.correlation(S, u, corr)).reshape(2, -1),
+            ),
+            "gamma_u_mean": (
+                ("variant", "prompt"),
+                np.abs(propagate.correlation(S.mean(axis=2), u, corr)),
+            ),
         },
         coords={
             "variant": ["original", "steered"],
@@ -220,15 +231,16 @@ def steering_gamma(
 
 
 def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
-    """The last-layer attention output projection module of a causal LM and whether its
-    weight is stored transposed ((in, out), GPT-2's Conv1D) rather than (out, in)."""
-    kind = getattr(model.config, "model_type", "")
-    blocks = model.transformer.h
-    if kind == "gpt2":
-        return blocks[layer].attn.c_proj, True
-    if kind == "gpt_neo":
-        return blocks[layer].attn.attention.out_proj, False
-    raise ValueError(f"next-token steering supports GPT-2 and GPT-Neo, not {kind!r}")
+    """Layer ``layer``'s attention output projection module of a causal LM and whether
+    its weight is stored transposed ((in, out), GPT-2's Conv1D) rather than (out, in)."""
+    adapter = family(getattr(model.config, "model_type", None))
+    if adapter.out_projection is None:
+        raise ValueError(
+            f"next-token steering needs a causal LM; {adapter.model_type!r} models have none"
+        )
+    layer = layer % int(model.config.num_hidden_layers)
+    path = adapter.out_projection.format(layer=layer)
+    return model.get_submodule(path), adapter.out_projection_transposed
 
 
 def next_token_prob_change(
@@ -302,3 +314,178 @@ def load_causal_lm(
         str(model_dir), local_files_only=True, attn_implementation="eager"
     )
     return model.to(device=device, dtype=dtype or torch.float32).eval()
+
+
+# --------------------------------------------------------------------------- steering.nc
+
+
+def input_embedding(model_dir: str | Path, mw: ModelWeights, token_id: int) -> np.ndarray:
+    """The input embedding of ``token_id`` in model space (d_model,), float64.
+
+    ALBERT embeds in a smaller space and projects to the hidden size; the projection
+    (``mw.embedding_projection``) is applied so that u lives where the tokens do.
+    """
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
+    E = model.get_input_embeddings().weight.detach().to("cpu").double().numpy()
+    e = E[int(token_id)]
+    if getattr(mw, "embedding_projection", None) is not None:
+        e = mw.embedding_projection @ e
+        if getattr(mw, "embedding_projection_bias", None) is not None:
+            e = e + mw.embedding_projection_bias
+    return e
+
+
+def target_token(model_dir: str | Path, text: str, token_id: int | None = None) -> int:
+    """The steering target's token id: ``token_id`` when given, else the first token of
+    ``text`` under the model's tokenizer."""
+    if token_id is not None:
+        return int(token_id)
+    tok = propagate.load_tokenizer(model_dir)
+    ids = tok(text, add_special_tokens=False)["input_ids"] if tok is not None else []
+    if not ids:
+        raise InputFileError(
+            f"{model_dir}: cannot encode the steering target {text!r} (no usable tokenizer); "
+            "set transformers.steering.target_id to a token id instead"
+        )
+    return int(ids[0])
+
+
+def _random_units(d: int, n: int, seed: int) -> np.ndarray:
+    R = np.random.default_rng(seed).standard_normal((n, d))
+    return R / np.linalg.norm(R, axis=1, keepdims=True)
+
+
+def steering_dataset(
+    mw: ModelWeights,
+    model_dir: str | Path,
+    ids: np.ndarray,
+    eta: float,
+    cfg: Mapping[str, Any],
+    seed: int,
+    null_draws: int,
+    device: str = "cpu",
+    progress: Callable[[str], None] | None = None,
+) -> xr.Dataset:
+    """Steer the last layer towards u for every (method, c) and measure the effect.
+
+    Variables (dims): ``gamma_u`` (method, c, variant, token) = |cos(x_i, u)| after the
+    last layer of the simplified model with real attention, variant original/steered;
+    ``gamma_u_mean`` (method, c, variant, prompt) for the mean token; ``gamma_u_null``
+    (method, c, variant, token): the same against random unit directions (averaged), the
+    chance level; ``gamma_layers`` / ``rho_layers`` (method, c, layer, token / layer): the
+    paper's per-layer gamma and rho of the steered model (Figures 3, 10);
+    ``relative_change`` = |Delta W_O|_F / |W_O|_F, ``residual`` = |F' u - c r u| / |c r|,
+    ``target_eigenvalue``, ``u_is_leading`` (method, c); for causal language models
+    ``p_before``, ``p_after`` (method, c, prompt): the probability of the target token as
+    the next token through the LM head, before and after the change (NaN otherwise).
+    """
+    token_id = target_token(model_dir, cfg["target_text"], cfg.get("target_id"))
+    e = input_embedding(model_dir, mw, token_id)
+    u = e / np.linalg.norm(e)
+    hidden0 = propagate.real_forward_hidden_states(model_dir, ids, device=device)[0]
+    methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
+    P, N = ids.shape
+    R = _random_units(mw.d_model, null_draws, seed)
+    base_final = propagate.simplified_forward(mw, hidden0, eta, "real")[-1]
+    out = _SteeringArrays((len(methods), len(cs)), P, N, mw.n_layers)
+    causal_lm = family(mw.family).causal_lm
+    # loaded once: a large causal LM would otherwise be read again for every (method, c)
+    lm = load_causal_lm(model_dir, device) if causal_lm else None
+    for i, method in enumerate(methods):
+        for j, c in enumerate(cs):
+            if progress:
+                progress(f"steering: method={method} c={c:g}")
+            steered, res = steer_model_weights(mw, u, c, method=method)
+            states = propagate.simplified_forward(steered, hidden0, eta, "real")
+            out.record(i, j, base_final, states, steered, u, R, seed, res)
+            if causal_lm:
+                change = next_token_prob_change(
+                    model_dir, ids, token_id, res.W_O, device=device, model=lm
+                )
+                out.p_before[i, j] = change["p_before"]
+                out.p_after[i, j] = change["p_after"]
+    ds = out.dataset(methods, cs, u)
+    ds.attrs.update(
+        target_text=cfg["target_text"],
+        target_id=token_id,
+        eta=float(eta),
+        family=mw.family,
+        causal_lm=int(causal_lm),
+        null_draws=int(null_draws),
+    )
+    return ds
+
+
+class _SteeringArrays:
+    """The arrays of ``steering.nc`` over (method, c), filled one variant at a time."""
+
+    _SCALARS = ("relative_change", "residual", "target_eigenvalue", "u_is_leading")
+
+    def __init__(self, shape: tuple[int, int], P: int, N: int, n_layers: int) -> None:
+        self.P, self.N, self.n_layers = P, N, n_layers
+        self.g_u = np.full((*shape, 2, P * N), np.nan)
+        self.g_um = np.full((*shape, 2, P), np.nan)
+        self.g_null = np.full((*shape, 2, P * N), np.nan)
+        self.g_layers = np.full((*shape, n_layers, P * N), np.nan)
+        self.r_layers = np.full((*shape, n_layers), np.nan)
+        self.scalars = {k: np.full(shape, np.nan) for k in self._SCALARS}
+        self.p_before = np.full((*shape, P), np.nan)
+        self.p_after = np.full((*shape, P), np.nan)
+
+    def record(
+        self,
+        i: int,
+        j: int,
+        base_final: np.ndarray,
+        states: np.ndarray,
+        steered: ModelWeights,
+        u: np.ndarray,
+        R: np.ndarray,
+        seed: int,
+        res: SteeringResult,
+    ) -> None:
+        """gamma_u of the original and the steered final tokens, with the null, and the
+        steered model's per-layer gamma and rho."""
+        for v, final in enumerate((base_final, states[-1])):
+            self.g_u[i, j, v] = np.abs(propagate.correlation(final, u)).reshape(-1)
+            self.g_um[i, j, v] = np.abs(propagate.correlation(final.mean(axis=1), u))
+            self.g_null[i, j, v] = np.mean(
+                [np.abs(propagate.correlation(final, r)).reshape(-1) for r in R], axis=0
+            )
+        metrics = propagate.propagation_metrics(
+            steered, {"steered": states}, n_null_draws=1, seed=seed
+        )
+        self.g_layers[i, j] = metrics["gamma"].sel(mode="steered").values
+        self.r_layers[i, j] = metrics["rho"].sel(mode="steered").values
+        self.scalars["relative_change"][i, j] = res.relative_change
+        self.scalars["residual"][i, j] = res.residual
+        self.scalars["target_eigenvalue"][i, j] = res.target_eigenvalue
+        self.scalars["u_is_leading"][i, j] = float(res.u_is_leading)
+
+    def dataset(self, methods: list[str], cs: list[float], u: np.ndarray) -> xr.Dataset:
+        P, N = self.P, self.N
+        coords = {
+            "method": methods,
+            "c": cs,
+            "variant": ["original", "steered"],
+            "token": np.arange(P * N),
+            "prompt": np.arange(P),
+            "layer": np.arange(1, self.n_layers + 1),
+        }
+        mc = ("method", "c")
+        return xr.Dataset(
+            {
+                "gamma_u": ((*mc, "variant", "token"), self.g_u),
+                "gamma_u_mean": ((*mc, "variant", "prompt"), self.g_um),
+                "gamma_u_null": ((*mc, "variant", "token"), self.g_null),
+                "gamma_layers": ((*mc, "layer", "token"), self.g_layers),
+                "rho_layers": ((*mc, "layer"), self.r_layers),
+                **{k: (mc, v) for k, v in self.scalars.items()},
+                "p_before": ((*mc, "prompt"), self.p_before),
+                "p_after": ((*mc, "prompt"), self.p_after),
+                "u": (("component",), u),
+            },
+            coords=coords,
+        )

@@ -1,0 +1,26 @@
+"""One of the paper's Figures 1-5 (a placeholder naming the missing runs when absent)."""
+
+from pathlib import Path
+
+import seaborn as sns
+
+from specalign.commutators import contracts, figures
+from specalign.output import save_figure
+from specalign.workflow import log, param_json, run_script
+
+
+def main(smk):
+    settings = param_json(smk, "plots")
+    stem = smk.wildcards.figure
+    sns.set_theme(context=settings["context"], style="whitegrid")
+    made = figures.FIGURES[stem](contracts.load_experiments(smk.input))
+    if made is None:
+        log.warning("%s: %s are not in this configuration", stem, figures.FIGURE_NEEDS[stem])
+        made = figures.not_run_figure(stem)
+    fig, caption = made
+    out_stem = Path(smk.output[0]).with_suffix("")
+    save_figure(fig, out_stem, formats=settings["formats"], dpi=settings["dpi"])
+    log.info("%s: %s", stem, caption)
+
+
+run_script(snakemake, main)  # noqa: F821

@@ -1,0 +1,21 @@
+"""Commutator diagnostics of every stored checkpoint of one ensemble."""
+
+from specalign.commutators import contracts, diagnostics
+from specalign.io import write_netcdf
+from specalign.workflow import log, param_json, run_script
+
+
+def main(smk):
+    settings = param_json(smk, "diagnostics")
+    traj = contracts.read_trajectories(smk.input[0])
+    ds = diagnostics.diagnostics_dataset(traj, settings, progress=log.info)
+    log.info(
+        "max residuals: recursion %.3e, transport %.3e over %d evaluations",
+        float(ds["res_recursion"].max()),
+        float(ds["res_transport"].max()),
+        int(ds["res_recursion"].count()),
+    )
+    write_netcdf(smk.output[0], ds)
+
+
+run_script(snakemake, main)  # noqa: F821

@@ -1,0 +1,39 @@
+"""Steering: change the last layer's W_O so that a target direction is an eigenvector."""
+
+from specalign.io import write_netcdf
+from specalign.runtime import torch_device
+from specalign.transformers import contracts, propagate, steer
+from specalign.workflow import log, param_json, run_script
+
+
+def main(smk):
+    settings = param_json(smk, "settings")
+    mw = contracts.read_weights_h5(smk.input.weights)
+    model_dir = contracts.read_manifest(smk.input.manifest)["path"]
+    device = torch_device(smk.resources.get("gpu", 0))
+    ids = propagate.prompt_ids(model_dir, settings["prompts"])
+    ds = steer.steering_dataset(
+        mw,
+        model_dir,
+        ids,
+        settings["eta"],
+        settings["steering"],
+        seed=int(settings["prompts"]["seed"]),
+        null_draws=int(settings["null_draws"]),
+        device=device,
+        progress=log.info,
+    )
+    for i, method in enumerate(ds["method"].values):
+        # positional: `method` is also a keyword argument of xarray's .sel()
+        log.info(
+            "%s: |dW_O|/|W_O| = %s, residual = %s for c = %s",
+            method,
+            ds["relative_change"].values[i].round(4),
+            ds["residual"].values[i],
+            ds["c"].values,
+        )
+    ds.attrs.update(model=smk.wildcards.model)
+    write_netcdf(smk.output[0], ds)
+
+
+run_script(snakemake, main)  # noqa: F821

@@ -1,0 +1,37 @@
+"""Every per-model figure of the transformer study, each with its null level."""
+
+from pathlib import Path
+
+import seaborn as sns
+
+from specalign import io
+from specalign.output import save_figure
+from specalign.transformers import figures
+from specalign.workflow import log, param_json, run_script
+
+
+def main(smk):
+    settings = param_json(smk, "plots")
+    sns.set_theme(context=settings["context"], style="whitegrid")
+    model = smk.wildcards.model
+    null = io.read_netcdf(smk.input.null_spectra[0]) if smk.input.null_spectra else None
+    made = figures.model_figures(
+        model,
+        spectra=io.read_netcdf(smk.input.spectra),
+        prop=io.read_netcdf(smk.input.propagation),
+        steer=io.read_netcdf(smk.input.steering),
+        null_spectra=null,
+    )
+    outdir = Path(smk.output[0]).parent
+    for stem in figures.MODEL_FIGURES:
+        if stem in made:
+            fig, caption = made[stem]
+        else:
+            fig, caption = figures.unavailable_figure(
+                f"{model}: {stem}", "its mode is not in propagation.nc"
+            )
+        save_figure(fig, outdir / stem, formats=settings["formats"], dpi=settings["dpi"])
+        log.info("%s: %s", stem, caption)
+
+
+run_script(snakemake, main)  # noqa: F821

@@ -1,0 +1,31 @@
+"""Cross-model figures (paper Fig. 7, our reading of Fig. 9) and the sphere (Figs 13, 14)."""
+
+from pathlib import Path
+
+import seaborn as sns
+
+from specalign import io
+from specalign.output import save_figure
+from specalign.transformers import figures, tables
+from specalign.workflow import log, param_json, run_script
+
+
+def main(smk):
+    settings = param_json(smk, "plots")
+    sns.set_theme(context=settings["context"], style="whitegrid")
+    spectra = {
+        m: io.read_netcdf(p) for m, p in zip(smk.params.models, smk.input.spectra, strict=True)
+    }
+    sphere = io.read_netcdf(smk.input.sphere)
+    outdir = Path(smk.output.figures[0]).parent
+    for stem, make in figures.OVERVIEW_FIGURES.items():
+        made = make(spectra, sphere)
+        if made is None:
+            made = figures.unavailable_figure(stem, "no model spectra in this run")
+        fig, caption = made
+        save_figure(fig, outdir / stem, formats=settings["formats"], dpi=settings["dpi"])
+        log.info("%s: %s", stem, caption)
+    tables.write_sphere_table(Path(smk.output.sphere_table[0]).with_suffix(""), sphere)
+
+
+run_script(snakemake, main)  # noqa: F821

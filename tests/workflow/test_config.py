@@ -1,0 +1,104 @@
+"""Schema validation: every bad config fails before any job runs, naming the key."""
+
+import copy
+
+import pytest
+
+from specalign.config import (
+    ConfigError,
+    experiment_config,
+    load_schema,
+    load_yaml,
+    validate_config,
+)
+
+
+@pytest.fixture
+def base(repo):
+    return load_yaml(repo / "config" / "test.yaml")
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "test.yaml"])
+def test_shipped_configs_validate(repo, name):
+    cfg = validate_config(load_yaml(repo / "config" / name))
+    assert cfg["commutators"]["experiments"]
+
+
+def _walk(schema, root, path=""):
+    if "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].split("/")[-1]]
+    for key, sub in schema.get("properties", {}).items():
+        yield f"{path}.{key}".lstrip("."), sub
+        yield from _walk(sub, root, f"{path}.{key}")
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        yield from _walk(extra, root, f"{path}.<name>")
+
+
+def test_every_schema_key_has_description_and_default():
+    schema = load_schema()
+    for key, sub in _walk(schema, schema):
+        assert sub.get("description"), f"{key} has no description"
+        required = {"commutators.experiments.<name>.kind", "transformers.models.<name>.source"}
+        if key not in required:
+            assert "default" in sub, f"{key} has no default"
+
+
+def test_defaults_filled(base):
+    cfg = validate_config(base)
+    assert cfg["commutators"]["diagnostics"]["gap_threshold"] == 1e-3
+    assert cfg["resources"]["gpu"] == 0
+    exp = experiment_config(cfg, "tiny_rescale")
+    assert exp["training"]["times"] == [0, 5, 15]  # override
+    assert exp["training"]["lr"] == 0.05  # inherited
+    assert exp["seed_start"] == 0
+
+
+BAD = [
+    (lambda c: c.update(bogus=1), "unknown key bogus"),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(width=0),
+        "commutators.experiments.tiny_synthetic.width",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(seeds=-3),
+        "commutators.experiments.tiny_synthetic.seeds",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(kind="transformer"),
+        "commutators.experiments.tiny_synthetic.kind",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(hidden="four"),
+        "commutators.experiments.tiny_synthetic.hidden",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_synthetic"].update(widht=3),
+        "commutators.experiments.tiny_synthetic.widht",
+    ),
+    (lambda c: c["commutators"]["training"].update(lr=-1), "commutators.training.lr"),
+    (lambda c: c.update(threads=0), "threads"),
+    (lambda c: c["commutators"]["training"].update(times=[1000]), "commutators.experiments"),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_concrete"].update(dataset="energy"),
+        "commutators.experiments.tiny_concrete.source",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"]["tiny_rescale"]["rescale"].update(layer=3),
+        "commutators.experiments.tiny_rescale.rescale.layer",
+    ),
+    (
+        lambda c: c["commutators"]["experiments"].update({"bad name!": {"kind": "synthetic"}}),
+        "bad name!",
+    ),
+    (lambda c: c.setdefault("plots", {}).update(formats=["gif"]), "plots.formats[0]"),
+]
+
+
+@pytest.mark.parametrize("mutate,key", BAD)
+def test_bad_config_names_the_key(base, mutate, key):
+    cfg = copy.deepcopy(base)
+    mutate(cfg)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert key in str(err.value)

@@ -1,0 +1,184 @@
+"""Rerun fingerprints follow the imports (specalign.fingerprint).
+
+Unit tests read every import form and follow a fake package. Against the real workflow,
+every job of the test run recorded the specalign modules it actually loaded
+(tests/module_recorder); each of them must be in the static closure of the job's script,
+and every script rule of the DAG must have run, so that a rule whose fingerprint misses
+a module it reaches cannot go unnoticed.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from snakemake_helpers import recording_env, run_snakemake
+
+from specalign.fingerprint import (
+    FingerprintError,
+    imported_names,
+    module_closure,
+    script_fingerprint,
+)
+
+
+def test_imported_names_reads_every_form():
+    source = """
+import specalign.a.b
+import specalign.c as alias
+from specalign.d import e, f
+from . import g
+from .h import i
+from ..j import k
+from .. import l as m
+from numpy import array
+
+def lazy():
+    from specalign import late
+    import specalign.later
+"""
+    names = imported_names(source, "specalign.pkg.sub.mod")
+    assert {
+        "specalign.a.b",
+        "specalign.c",
+        "specalign.d",
+        "specalign.d.e",
+        "specalign.d.f",
+        "specalign.pkg.sub",
+        "specalign.pkg.sub.g",
+        "specalign.pkg.sub.h",
+        "specalign.pkg.sub.h.i",
+        "specalign.pkg.j",
+        "specalign.pkg.j.k",
+        "specalign.pkg",
+        "specalign.pkg.l",
+        "specalign",
+        "specalign.late",
+        "specalign.later",
+    } <= names
+    assert "numpy" in names  # filtered later: only files of the package are followed
+
+
+def test_relative_import_in_a_package_init():
+    # in pkg/__init__.py, "from . import x" means pkg.x, not the parent's x
+    assert "specalign.pkg.x" in imported_names("from . import x", "specalign.pkg", True)
+    with pytest.raises(FingerprintError, match="outside a package"):
+        imported_names("from . import x", None)
+
+
+def _fake_package(root: Path) -> Path:
+    pkg = root / "specalign"
+    files = {
+        "__init__.py": '"""top"""\n',
+        "sub/__init__.py": "from .helper import HELP\n",
+        "sub/helper.py": "HELP = 1\n",
+        "sub/a.py": "from . import b\n",
+        "sub/b.py": "def f():\n    from ..c import x\n    return x\n",
+        "c.py": "x = 1\n",
+        "unused.py": "y = 2\n",
+    }
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    script = root / "script.py"
+    script.write_text("from specalign.sub import a\nimport numpy\n")
+    return pkg
+
+
+def test_closure_follows_imports_and_package_inits(tmp_path):
+    pkg = _fake_package(tmp_path)
+    closure = module_closure(tmp_path / "script.py", pkg)
+    assert closure == [
+        "specalign",
+        "specalign.c",
+        "specalign.sub",
+        "specalign.sub.a",
+        "specalign.sub.b",
+        "specalign.sub.helper",
+    ]
+
+
+@pytest.mark.parametrize(
+    "edited, changes",
+    [
+        ("__init__.py", True),
+        ("sub/__init__.py", True),
+        ("sub/helper.py", True),  # reached only through the package's __init__
+        ("sub/b.py", True),
+        ("c.py", True),  # reached only through a lazy relative import
+        ("unused.py", False),
+    ],
+)
+def test_fingerprint_changes_with_every_reached_file(tmp_path, edited, changes):
+    pkg = _fake_package(tmp_path)
+    script = tmp_path / "script.py"
+    before = script_fingerprint(script, pkg)
+    path = pkg / edited
+    path.write_text(path.read_text() + "# edited\n")
+    assert (script_fingerprint(script, pkg) != before) is changes
+
+
+def test_fingerprint_changes_with_the_script_and_a_new_import(tmp_path):
+    pkg = _fake_package(tmp_path)
+    script = tmp_path / "script.py"
+    before = script_fingerprint(script, pkg)
+    script.write_text(script.read_text() + "import specalign.unused\n")
+    assert "specalign.unused" in module_closure(script, pkg)
+    assert script_fingerprint(script, pkg) != before
+
+
+def test_missing_script_is_an_error(tmp_path):
+    with pytest.raises(FingerprintError, match="does not exist"):
+        module_closure(tmp_path / "nope.py")
+
+
+# --------------------------------------------------------------------------------------
+# The real workflow
+# --------------------------------------------------------------------------------------
+
+
+def _rule_scripts(repo: Path) -> dict[str, Path]:
+    """rule name -> script, read from rules/*.smk (scripts are relative to rules/)."""
+    out = {}
+    for smk in sorted((repo / "rules").glob("*.smk")):
+        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M):
+            hit = re.search(r"script:\s*\n\s*\"([^\"]+)\"", body)
+            if hit:
+                out[name] = (repo / "rules" / hit.group(1)).resolve()
+    return out
+
+
+def _recorded_jobs(workdir: Path) -> dict[str, set[str]]:
+    """script file name -> modules loaded, over every recorded script job."""
+    jobs: dict[str, set[str]] = {}
+    for path in (workdir / "module_log").glob("*.json"):
+        rec = json.loads(path.read_text())
+        argv0 = Path(rec["argv0"])
+        if ".snakemake/scripts" not in argv0.as_posix():
+            continue  # snakemake itself, not a rule's script
+        # Snakemake runs a copy named tmp<random>.<script name>
+        name = argv0.name.split(".", 1)[1]
+        jobs.setdefault(name, set()).update(rec["modules"])
+    return jobs
+
+
+@pytest.mark.pipeline
+def test_every_loaded_module_is_in_the_fingerprint(repo, finished_run, shared_data, tmp_path):
+    scripts = _rule_scripts(repo)
+    assert len({p.name for p in scripts.values()}) == len(scripts), "script names must be unique"
+    jobs = _recorded_jobs(finished_run)
+    # download_data needs the UCI files: run it alone on a mirror of them
+    work = tmp_path / "download"
+    work.mkdir()
+    cfg = {"data": {"mirror": str(shared_data), "cache": "cache"}}
+    (work / "config.yaml").write_text(json.dumps(cfg))
+    run_snakemake(repo, work, "cache/ENB2012_data.xlsx", env=recording_env(work))
+    for name, modules in _recorded_jobs(work).items():
+        jobs.setdefault(name, set()).update(modules)
+
+    by_name = {p.name: (rule, p) for rule, p in scripts.items()}
+    assert set(jobs) == set(by_name), "every script rule of the DAG must have run"
+    for name, loaded in jobs.items():
+        rule, script = by_name[name]
+        missed = loaded - set(module_closure(script))
+        assert not missed, f"rule {rule}: {script.name} loaded {sorted(missed)} unseen"

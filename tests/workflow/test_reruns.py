@@ -1,0 +1,137 @@
+"""The rerun triggers the workflow relies on, as a matrix over the real DAG.
+
+Snakemake does not track imported modules; every script rule passes the fingerprint of
+its script and of the `specalign` modules it imports as a parameter
+(specalign.fingerprint, rules/common.smk). Here the workflow and the package are copied,
+the copy is put first on PYTHONPATH (so that jobs import it), and one module at a time
+is edited: exactly the rules that reach it, and what reads their outputs, must rerun.
+The finished run is config/test.yaml: both studies.
+"""
+
+import os
+import shutil
+
+import pytest
+import yaml
+from snakemake_helpers import planned_jobs
+
+pytestmark = pytest.mark.pipeline
+
+COPIED = ("Snakefile", "rules", "scripts", "src", "config", "report", "envs", "profiles")
+
+COMMUTATOR_SUMMARIES = {"commutator_tables", "commutator_figure", "reproduction"}
+DIAGNOSE = {"commutators"} | COMMUTATOR_SUMMARIES
+TRAIN = {"train_ensemble"} | DIAGNOSE
+TRANSFORMER_FIGURES = {"transformer_model_figures", "transformer_overview"}
+TRANSFORMER_SUMMARIES = TRANSFORMER_FIGURES | {"transformer_model_tables", "reproduction"}
+EVERY_RULE = (
+    {
+        "prepare_data",
+        "fetch_model",
+        "random_model",
+        "extract_weights",
+        "spectra",
+        "propagate",
+        "steer",
+        "sphere_dynamics",
+    }
+    | TRAIN
+    | TRANSFORMER_SUMMARIES
+)
+
+
+@pytest.fixture(scope="module")
+def copied(repo, finished_run, tmp_path_factory):
+    """(repo copy, env using it, working dir copy of the finished run)."""
+    root = tmp_path_factory.mktemp("reruns")
+    code = root / "repo"
+    code.mkdir()
+    for name in COPIED:
+        src = repo / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, code / name)
+    env = dict(os.environ, PYTHONPATH=str(code / "src"))
+    return code, env, root
+
+
+def _fresh_workdir(finished_run, root, name):
+    work = root / name
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(finished_run, work, symlinks=True)
+    return work
+
+
+def _touch_module(code, relpath):
+    path = code / "src" / "specalign" / relpath
+    original = path.read_text()
+    path.write_text(original + "\n# edited by test_reruns\n")
+    return path, original
+
+
+def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
+    code, env, root = copied
+    work = _fresh_workdir(finished_run, root, "unchanged")
+    assert planned_jobs(code, work, env=env) == {}
+
+
+@pytest.mark.parametrize(
+    "module, expected",
+    [
+        # the four-source recursion: every ensemble is re-diagnosed, training is kept
+        ("commutators/recursion.py", DIAGNOSE),
+        # the trainer: every ensemble retrains, the data are kept
+        ("commutators/train.py", TRAIN),
+        # trajectories.h5 and diagnostics.nc read/write (was mlp/ensemble.py with the
+        # experiment's seeds, whose edit reran nothing)
+        ("commutators/contracts.py", TRAIN),
+        # the data kernel: everything from the samples on
+        ("commutators/data/synthetic.py", {"prepare_data"} | TRAIN),
+        # the commutator figures: those only, no transformer job
+        ("commutators/figures.py", {"commutator_figure"}),
+        # the shared figure and table writers: every table and figure of both studies
+        # (save_figure used to live in the commutator figures, whose edit missed the
+        # transformer figures)
+        ("output.py", COMMUTATOR_SUMMARIES | TRANSFORMER_SUMMARIES),
+        # a module of the transformer study only: no commutator job
+        ("transformers/steer.py", {"steer"} | TRANSFORMER_SUMMARIES - {"transformer_overview"}),
+        ("transformers/tables.py", TRANSFORMER_SUMMARIES),
+        # the family adapters: extraction and everything computed from weights.h5
+        ("transformers/families.py", {"extract_weights", "spectra", "propagate", "steer"}
+         | TRANSFORMER_SUMMARIES),
+        # glue every script runs: every rule
+        ("workflow.py", EVERY_RULE),
+        ("runtime.py", EVERY_RULE),
+    ],
+)  # fmt: skip
+def test_module_edit_reruns_the_rules_that_reach_it(copied, finished_run, module, expected):
+    code, env, root = copied
+    work = _fresh_workdir(finished_run, root, module.replace("/", "_"))
+    path, original = _touch_module(code, module)
+    try:
+        jobs = planned_jobs(code, work, env=env)
+    finally:
+        path.write_text(original)
+    assert set(jobs) == expected, jobs
+
+
+def test_plot_setting_reruns_only_figures(copied, finished_run):
+    code, env, root = copied
+    work = _fresh_workdir(finished_run, root, "plots")
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg.setdefault("plots", {})["context"] = "talk"
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert set(planned_jobs(code, work, env=env)) == {"commutator_figure"} | TRANSFORMER_FIGURES
+
+
+def test_one_experiment_setting_reruns_that_experiment(copied, finished_run):
+    code, env, root = copied
+    work = _fresh_workdir(finished_run, root, "experiment")
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["commutators"]["experiments"]["tiny_synthetic"]["n_diag"] = 80
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(code, work, env=env)
+    # the diagnostic sample is data: prepare, train (its input changed), diagnose the one
+    # experiment, then the summaries that read it; no transformer job
+    assert jobs.get("prepare_data") == 1 and jobs.get("train_ensemble") == 1
+    assert jobs.get("commutators") == 1
+    assert set(jobs) == {"prepare_data"} | TRAIN
