@@ -118,7 +118,11 @@ def reported(paths, caption, category, subcategory=None, labels=None):
 
 def diagnostics_files(names=None):
     names = EXPERIMENTS if names is None else names
-    return [f"results/commutators/{e}/diagnostics.nc" for e in names]
+    return expand(rules.commutators.output[0], experiment=names)
+
+
+# Targets are the rules' own outputs, expanded over the configured experiments and models:
+# no output path or name list is repeated here.
 
 
 def commutator_targets():
@@ -126,39 +130,31 @@ def commutator_targets():
         return []
     return (
         diagnostics_files()
-        + [f"results/tables/commutators/{t}.csv" for t in TABLES]
-        + expand(
-            "results/figures/commutators/{figure}.{fmt}",
-            figure=FIGURES,
-            fmt=config["plots"]["formats"],
-        )
+        + list(rules.commutator_tables.output)
+        + expand(rules.commutator_figure.output, figure=FIGURES)
     )
 
 
 def random_twin_spectra(wildcards):
     """The spectra of the model's random-weight twin (`{model}_random`), if configured."""
     twin = f"{wildcards.model}_random"
-    return [f"results/transformers/{twin}/spectra.nc"] if twin in MODELS else []
+    return expand(rules.spectra.output[0], model=twin) if twin in MODELS else []
 
 
 def transformer_targets():
     if not MODELS:
         return []
-    per_model = ["weights.h5", "spectra.nc", "propagation.nc", "steering.nc"]
-    fmts = config["plots"]["formats"]
-    return (
-        [f"results/transformers/{m}/{f}" for m in MODELS for f in per_model]
-        + expand("results/figures/transformers/{m}/{s}.{f}", m=MODELS, s=MODEL_FIGURES, f=fmts)
-        + expand(
-            "results/tables/transformers/{m}/{t}.csv",
-            m=MODELS,
-            t=MODEL_TABLES,
-        )
-        + expand("results/figures/transformers/{s}.{f}", s=OVERVIEW_FIGURES, f=fmts)
-        + ["results/tables/transformers/sphere.csv"]
-    )
+    per_model = [
+        *rules.extract_weights.output,
+        *rules.spectra.output,
+        *rules.propagate.output,
+        *rules.steer.output,
+        *rules.transformer_model_figures.output,
+        *rules.transformer_model_tables.output,
+    ]
+    return expand(per_model, model=MODELS) + list(rules.transformer_overview.output)
 
 
 def all_targets():
     targets = commutator_targets() + transformer_targets()
-    return targets + ["results/reproduction.md"] if targets else []
+    return targets + list(rules.reproduction.output) if targets else []
