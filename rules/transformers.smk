@@ -39,6 +39,8 @@ rule random_model:
         CONDA_ENV
     log:
         "logs/transformers/{model}/random_model.log",
+    benchmark:
+        "benchmarks/transformers/{model}/random_model.tsv"
     script:
         "../scripts/transformers/random_model.py"
 
