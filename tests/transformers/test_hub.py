@@ -312,3 +312,11 @@ def test_workflow_gated_repository_then_a_token(repo, hub, tmp_path):
     env = _workflow_env(hub.endpoint, HF_TOKEN="hf_granted")
     run_snakemake(repo, tmp_path, target, env=env)
     assert json.loads(manifest.read_text())["revision"] == hub.repos["org/gated"].refs["main"]
+
+
+def test_shards_without_their_index_are_not_a_model(tmp_path):
+    """Shards are downloaded in parallel: a cut can leave some without the index."""
+    folder = save_tiny("gpt2", tmp_path / "sharded", seed=3, max_shard_size="50KB")
+    (folder / "model.safetensors.index.json").unlink()
+    with pytest.raises(ModelSourceError, match="without their index"):
+        check_model_dir(folder)
