@@ -242,6 +242,26 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     hub: HubServer
 
+    def server_activate(self) -> None:
+        self.connections: set[socket.socket] = set()
+        super().server_activate()
+
+    def process_request(self, request, client_address) -> None:
+        self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request) -> None:
+        self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Drop kept-alive connections too: a stopped hub answers nothing at all."""
+        for connection in list(self.connections):
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
 
 class HubServer:
     """The hub protocol on 127.0.0.1 (API and files) and localhost (the "CDN")."""
@@ -310,3 +330,4 @@ class HubServer:
         for httpd in servers:
             httpd.shutdown()
             httpd.server_close()
+            httpd.close_connections()

@@ -248,21 +248,9 @@ def _hub_error(
     where = _hub_where(repo_id, revision)
     endpoint = hub_endpoint()
     cache = "the default Hugging Face cache" if cache_dir is None else f"the cache {cache_dir}"
-    token = "`export HF_TOKEN=hf_...` (or `huggingface-cli login`)"
+    token = f"`export HF_TOKEN=hf_...` (or `{_login_command()}`)"
     if isinstance(exc, LocalEntryNotFoundError):  # includes IncompleteSnapshotError
-        state = "incomplete in" if "incomplete" in str(exc).lower() else "not in"
-        if offline:
-            return ModelSourceError(
-                f"{where} is {state} {cache} and HF_HUB_OFFLINE=1; fix: fetch it first on a "
-                "machine with network access (the workflow's fetch_model rule, with the same "
-                "transformers.cache) and copy the cache here, or configure the model as "
-                "`source: local` with `path:` a folder holding its config.json and weights"
-            )
-        return ModelSourceError(
-            f"{where}: the hub cannot be reached and the model is {state} {cache}; fix: check "
-            "the network and HF_ENDPOINT (a reachable hub or hub mirror), then rerun; without "
-            "network access, fetch it elsewhere and copy the cache, or use `source: local`"
-        )
+        return _not_cached_error(exc, where, cache, offline)
     if isinstance(exc, GatedRepoError):
         why = (
             "the token given has no access to it"
@@ -306,8 +294,33 @@ def _hub_error(
     return None
 
 
+def _not_cached_error(exc: Exception, where: str, cache: str, offline: bool) -> ModelSourceError:
+    """Not (completely) in the cache, and offline or the hub out of reach."""
+    state = "incomplete in" if "incomplete" in str(exc).lower() else "not in"
+    if offline:
+        return ModelSourceError(
+            f"{where} is {state} {cache} and HF_HUB_OFFLINE=1; fix: fetch it first on a "
+            "machine with network access (the workflow's fetch_model rule, with the same "
+            "transformers.cache) and copy the cache here, or configure the model as "
+            "`source: local` with `path:` a folder holding its config.json and weights"
+        )
+    return ModelSourceError(
+        f"{where}: the hub cannot be reached and the model is {state} {cache}; fix: check "
+        "the network and HF_ENDPOINT (a reachable hub or hub mirror), then rerun; without "
+        "network access, fetch it elsewhere and copy the cache, or use `source: local`"
+    )
+
+
 _TRANSPORT_PACKAGES = ("httpx", "httpx2", "httpcore", "httpcore2", "h11", "requests", "urllib3")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+
+
+def _login_command() -> str:
+    """The installed huggingface_hub's command that stores a token (renamed in 1.0)."""
+    import huggingface_hub
+
+    major = huggingface_hub.__version__.split(".")[0]
+    return "huggingface-cli login" if major == "0" else "hf auth login"
 
 
 def _is_transport_error(exc: BaseException) -> bool:
