@@ -331,3 +331,28 @@ def test_shards_without_their_index_are_not_a_model(tmp_path):
     (folder / "model.safetensors.index.json").unlink()
     with pytest.raises(ModelSourceError, match="without their index"):
         check_model_dir(folder)
+
+
+class _Payload:
+    """A pickle that would create a file when unpickled by plain ``torch.load``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_pickled_weights_never_run_code(tmp_path):
+    """pytorch_model.bin is read with torch.load(weights_only=True): code is refused."""
+    import torch
+
+    from specalign.io import InputFileError
+
+    folder = save_tiny("gpt2", tmp_path / "model", seed=0)
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "code-ran"
+    torch.save({"h.0.attn.c_attn.weight": _Payload(marker)}, folder / "pytorch_model.bin")
+    with pytest.raises(InputFileError, match="pytorch_model.bin"):
+        extract(folder)
+    assert not marker.exists()
