@@ -149,12 +149,12 @@ def mirror_run(repo, mirror, tmp_path_factory):
     models = {name: {"id": repo_id, "revision": rev} for name, (repo_id, rev, _) in pinned.items()}
     targets = _write_config(workdir, models)
     run_snakemake(repo, workdir, *targets, env=_workflow_env(server.endpoint))
-    return workdir, targets, {name: commit for name, (*_, commit) in pinned.items()}
+    return workdir, {name: commit for name, (*_, commit) in pinned.items()}
 
 
 @pytest.mark.pipeline
 def test_workflow_records_the_commit(mirror_run):
-    workdir, _, commits = mirror_run
+    workdir, commits = mirror_run
     for name, commit in commits.items():
         manifest, attrs, _ = _recorded(workdir, name)
         assert Path(manifest["path"]).name == manifest["revision"] == commit, name
@@ -163,7 +163,7 @@ def test_workflow_records_the_commit(mirror_run):
 
 @pytest.mark.pipeline
 def test_workflow_sharded_checkpoint_through_its_index(mirror_run, tmp_path):
-    workdir, _, _ = mirror_run
+    workdir, _ = mirror_run
     manifest, _, F = _recorded(workdir, "sharded")
     snapshot = Path(manifest["path"])
     index = json.loads((snapshot / "model.safetensors.index.json").read_text())
@@ -175,7 +175,7 @@ def test_workflow_sharded_checkpoint_through_its_index(mirror_run, tmp_path):
 
 @pytest.mark.pipeline
 def test_workflow_pickled_weights_when_no_safetensors(mirror_run, tmp_path):
-    workdir, _, _ = mirror_run
+    workdir, _ = mirror_run
     manifest, _, F = _recorded(workdir, "pickled")
     files = sorted(p.name for p in Path(manifest["path"]).iterdir())
     assert files == ["config.json", "pytorch_model.bin"]
@@ -189,7 +189,7 @@ def test_workflow_second_run_offline_from_the_cache(repo, mirror, mirror_run):
     snapshots (extract_weights reads the folder a manifest names, so its weights are
     those checked above)."""
     server, _ = mirror
-    workdir, _, commits = mirror_run
+    workdir, commits = mirror_run
     manifests = {name: workdir / "models" / name / "manifest.json" for name in commits}
     before = {name: json.loads(path.read_text()) for name, path in manifests.items()}
     server.stop()
@@ -257,12 +257,11 @@ def test_unknown_repository(hub, tiny_folder, tmp_path):
 @pytest.mark.parametrize("revision", ["nope", "0123456789abcdef0123456789abcdef01234567"])
 def test_unknown_revision(hub, tiny_folder, tmp_path, revision):
     _fails(tmp_path, "org/model", revision, "not found", "branch, tag or full 40-character")
-    if len(revision) == 40:
-        hub.repos["org/model"].commits[revision] = hub.repos["org/model"].commits[
-            hub.repos["org/model"].refs["main"]
-        ]
-    else:
-        hub.add_folder("org/model", tiny_folder, refs=(revision,))
+    served = hub.repos["org/model"]
+    if len(revision) == 40:  # the commit arrives (a mirror catching up)
+        served.commits[revision] = served.commits[served.refs["main"]]
+    else:  # the branch is created
+        served.refs[revision] = served.refs["main"]
     _completes(tmp_path, "org/model", revision, tiny_folder)
 
 
