@@ -6,7 +6,13 @@ from pathlib import Path
 from specalign.commutators.data.uci import DATASETS
 from specalign.commutators.figures import FIGURES
 from specalign.commutators.tables import TABLES
-from specalign.config import ConfigError, canonical_json, experiment_config, validate_config
+from specalign.config import (
+    ConfigError,
+    canonical_json,
+    experiment_config,
+    random_likes,
+    validate_config,
+)
 from specalign.fingerprint import script_fingerprint
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.tables import MODEL_TABLES
@@ -24,7 +30,9 @@ CONDA_ENV = "../envs/specalign.yaml"
 THREADS = config["threads"]
 MODEL_CACHE = config["transformers"]["cache"]
 MODELS = sorted(config["transformers"]["models"])
-RANDOM_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "random"]
+# random model -> the model its like: names; the null of a model is its random twin
+LIKE = random_likes(config)
+RANDOM_MODELS = sorted(LIKE)
 FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS]
 GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
@@ -135,10 +143,17 @@ def commutator_targets():
     )
 
 
+def random_twin(model):
+    """The model's random-weight twin: the random model whose like: names it (the first
+    by name when several do), or None. Never guessed from the names."""
+    twins = sorted(r for r, m in LIKE.items() if m == model)
+    return twins[0] if twins else None
+
+
 def random_twin_spectra(wildcards):
-    """The spectra of the model's random-weight twin (`{model}_random`), if configured."""
-    twin = f"{wildcards.model}_random"
-    return expand(rules.spectra.output[0], model=twin) if twin in MODELS else []
+    """The spectra of the model's random-weight twin, if one is configured."""
+    twin = random_twin(wildcards.model)
+    return expand(rules.spectra.output[0], model=twin) if twin else []
 
 
 def transformer_targets():

@@ -18,6 +18,7 @@ rule reproduction:
         ),
     params:
         models=MODELS,
+        like=canonical_json(LIKE),
     conda:
         CONDA_ENV
     log:

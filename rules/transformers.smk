@@ -165,6 +165,8 @@ rule transformer_model_figures:
         ),
     params:
         plots=canonical_json(config["plots"]),
+        null_name=lambda w: random_twin(w.model) or "",
+        like_of=lambda w: LIKE.get(w.model, ""),
     conda:
         CONDA_ENV
     log:
@@ -225,6 +227,7 @@ rule transformer_overview:
     params:
         plots=canonical_json(config["plots"]),
         models=MODELS,
+        like=canonical_json(LIKE),
     conda:
         CONDA_ENV
     log:

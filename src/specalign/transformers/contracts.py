@@ -167,6 +167,7 @@ def write_weights_attrs(
         "has_bias": json.dumps(has_bias),
         "convention": "y = W x + b; W stored (out, in); F = W_O W_V; float64",
         "format_version": FORMAT_VERSION,
+        **io.provenance_attrs(),  # the thread count F = W_O W_V was computed with
     }
     for key, value in attrs.items():
         f.attrs[key] = value

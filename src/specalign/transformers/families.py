@@ -141,6 +141,15 @@ class FamilyAdapter(ABC):
     def window_size(self) -> int | None:
         return None
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest token sequence the position embeddings cover (config.json's
+        ``max_position_embeddings`` / ``n_positions`` / ``n_ctx``); None when it names none."""
+        for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+            if self.config.get(key):
+                return int(self.config[key])
+        return None
+
     @abstractmethod
     def read_block(self, block: int, reader: TensorReader) -> BlockWeights:
         """Read distinct block ``block`` (float64, y = W x + b convention)."""

@@ -19,7 +19,9 @@ cache's blob store, and a rerun completes the snapshot. Every failure is one
 ModelSourceError line naming the repository, the revision and the fix.
 
 ``make_random_model`` builds the null baseline: the same configuration with random
-weights from a fixed seed.
+weights from a fixed seed, in a folder marked as the workflow's own (``OWNER_MARKER``):
+``transformers.cache`` may be a folder of the user's, and a folder there that the
+workflow did not create is never replaced or deleted.
 """
 
 from __future__ import annotations
@@ -29,14 +31,18 @@ import importlib
 import json
 import os
 import re
+import secrets
 import shutil
+import socket
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specalign.io import InputFileError
+from specalign.io import InputFileError, new_file_mode
+from specalign.runtime import check_snakemake_alive
 
 TOKENIZER_PATTERNS = (
     "tokenizer*",
@@ -386,12 +392,88 @@ def provenance(spec: Mapping[str, Any], model_dir: str | Path) -> dict[str, str]
     return {"source": f"local:{model_dir}", "revision": ""}
 
 
+#: Marker file inside every folder the workflow creates in the model cache. Only a
+#: folder holding it is ever replaced or deleted: ``transformers.cache`` may point at a
+#: folder of the user's, and what was there before is theirs.
+OWNER_MARKER = ".specalign-owned.json"
+#: A partial folder whose writer cannot be checked (another host) counts as stale after
+#: this many seconds; writing a random model takes seconds to minutes.
+STALE_AFTER_S = 6 * 3600
+
+
+def _mark_owned(folder: Path, what: str) -> None:
+    """Write the ownership marker: who writes ``folder`` (host, pid), and what it is."""
+    info = {"created_by": "specalign", "what": what, "host": socket.gethostname()}
+    (folder / OWNER_MARKER).write_text(json.dumps({**info, "pid": os.getpid()}) + "\n")
+
+
+def is_owned(folder: Path) -> bool:
+    """Whether the workflow created ``folder`` (a real folder holding the marker)."""
+    return folder.is_dir() and not folder.is_symlink() and (folder / OWNER_MARKER).is_file()
+
+
+def _refuse_foreign(folder: Path) -> None:
+    if (folder.exists() or folder.is_symlink()) and not is_owned(folder):
+        raise ModelSourceError(
+            f"{folder} exists and was not created by this workflow (no {OWNER_MARKER} in "
+            "it), so it is neither replaced nor deleted; fix: move it away, or set "
+            "transformers.cache to a folder of the workflow's own"
+        )
+
+
+def _is_stale(folder: Path) -> bool:
+    """A partial folder of ours whose writer is gone: its process no longer runs on this
+    host, or (written elsewhere, or before its marker) it is older than STALE_AFTER_S."""
+    try:
+        age = time.time() - folder.stat().st_mtime
+    except OSError:
+        return False
+    try:
+        info = json.loads((folder / OWNER_MARKER).read_text())
+    except FileNotFoundError:  # empty: killed before its marker was written; else not ours
+        return age > STALE_AFTER_S and not any(folder.iterdir())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict) or info.get("created_by") != "specalign":
+        return False
+    if info.get("host") != socket.gethostname():
+        return age > STALE_AFTER_S
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return False
+
+
+def remove_stale_partials(final: Path) -> list[Path]:
+    """Delete the partial folders (``.<name>.*.part``) that an interrupted writer of
+    ``final`` left beside it, when they are ours and their writer is gone. Returns them."""
+    removed = []
+    for folder in sorted(final.parent.glob(f".{final.name}.*.part")):
+        if folder.is_dir() and not folder.is_symlink() and _is_stale(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def _replace_dir(tmp: Path, final: Path) -> None:
-    """Move the finished folder ``tmp`` to ``final``, replacing any old one."""
+    """Move the finished folder ``tmp`` to ``final``, replacing an old one of ours; a
+    folder there that the workflow did not create is refused (ModelSourceError)."""
+    _refuse_foreign(final)
+    # mkdtemp made the folder 0700 and safetensors writes its files 0600: published,
+    # they get what the umask gives any new folder and file
+    os.chmod(tmp, new_file_mode(folder=True))
+    for path in tmp.rglob("*"):
+        os.chmod(path, new_file_mode(folder=path.is_dir()))
+    check_snakemake_alive(final)
     trash = None
     if final.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-        os.replace(final, trash / final.name)
+        # named like a partial folder: if a kill interrupts the swap, the next writer
+        # finds it stale (its marker names a writer that is gone) and removes it
+        trash = final.with_name(f".{final.name}.{secrets.token_hex(4)}.old.part")
+        os.replace(final, trash)
     os.replace(tmp, final)
     if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
@@ -406,12 +488,16 @@ def make_random_model(
     config.json path, or a config dict with ``model_type``. Weights come from
     transformers' own initialisation under ``torch.manual_seed(seed)`` in float32, so the
     baseline has the family's initial scale. Saved as safetensors into a temporary
-    folder that is renamed to ``out_dir`` once complete. Returns ``out_dir``.
+    folder (marked as the workflow's, :data:`OWNER_MARKER`) that is renamed to
+    ``out_dir`` once complete. An ``out_dir`` that the workflow did not create is never
+    replaced; partial folders left by a killed writer are removed first. Returns
+    ``out_dir``.
     """
     import torch
     from transformers import AutoConfig, AutoModel
 
     out_dir = Path(out_dir)
+    _refuse_foreign(out_dir)  # before minutes of work, not after
     source_dir: Path | None = None
     if isinstance(config_source, Mapping):
         cfg = dict(config_source)
@@ -429,8 +515,10 @@ def make_random_model(
     torch.manual_seed(seed)
     model = AutoModel.from_config(config, dtype=torch.float32)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
     try:
+        _mark_owned(tmp, "random-weight model")
         model.save_pretrained(str(tmp))
         if source_dir is not None:
             for pattern in TOKENIZER_PATTERNS:
