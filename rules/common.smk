@@ -37,6 +37,7 @@ FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS]
 GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
+RUNTIME = config["resources"]["runtime"]
 
 
 def name_regex(names):
@@ -96,10 +97,44 @@ def data_inputs(wildcards):
 
 def gpu_resources():
     """Resources of torch rules: the SLURM executor plugin reads gpu / gpu_model."""
-    res = {"gpu": GPU, "mem_mb": MEM_MB}
+    res = {"gpu": GPU}
     if GPU_MODEL:
         res["gpu_model"] = GPU_MODEL
     return res
+
+
+def model_resources(rule_name):
+    """``mem_mb`` and ``runtime`` of a transformer rule's job, computed from its model's
+    size (specalign.transformers.resources) when the rule is about to run, so that a job
+    of GPT-Neo 2.7B asks for what it needs and one of MiniLM does not. Until the model's
+    config.json is on disk (a hub model not fetched yet) the config's resources.mem_mb
+    and resources.runtime stand in. A retried job (after an out-of-memory kill) asks
+    for half as much again per attempt."""
+    import json as _json
+
+    from specalign.transformers.limits import config_json_path
+    from specalign.transformers.resources import Workload, job_resources, model_size
+
+    tcfg = config["transformers"]
+
+    def estimate(wildcards, threads):
+        path = config_json_path(wildcards.model, tcfg["models"], MODEL_CACHE)
+        if path is None:
+            return None
+        cfg = _json.loads(path.read_text())
+        size = model_size(cfg, path.parent)
+        return job_resources(rule_name, size, Workload.from_config(tcfg, size.n_layers), threads)
+
+    def mem_mb(wildcards, threads, attempt):
+        res = estimate(wildcards, threads)
+        base = MEM_MB if res is None else res["mem_mb"]
+        return int(base * (1 + 0.5 * (attempt - 1)))
+
+    def runtime(wildcards, threads, attempt):
+        res = estimate(wildcards, threads)
+        return (RUNTIME if res is None else res["runtime"]) * attempt
+
+    return {"mem_mb": mem_mb, "runtime": runtime}
 
 
 def reported(paths, caption, category, subcategory=None, labels=None):

@@ -35,6 +35,8 @@ rule random_model:
         model=name_regex(RANDOM_MODELS),
     params:
         seed=lambda w: config["transformers"]["models"][w.model]["seed"],
+    resources:
+        **model_resources("random_model"),
     conda:
         CONDA_ENV
     log:
@@ -51,7 +53,7 @@ rule extract_weights:
     output:
         "results/transformers/{model}/weights.h5",
     resources:
-        mem_mb=MEM_MB,
+        **model_resources("extract_weights"),
     conda:
         CONDA_ENV
     log:
@@ -70,6 +72,8 @@ rule spectra:
     params:
         eta=config["transformers"]["eta"],
     threads: THREADS
+    resources:
+        **model_resources("spectra"),
     conda:
         CONDA_ENV
     log:
@@ -84,6 +88,7 @@ rule propagate:
     input:
         weights="results/transformers/{model}/weights.h5",
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
+        spectra="results/transformers/{model}/spectra.nc",
     output:
         "results/transformers/{model}/propagation.nc",
     params:
@@ -93,6 +98,7 @@ rule propagate:
     threads: THREADS
     resources:
         **gpu_resources(),
+        **model_resources("propagate"),
     conda:
         CONDA_ENV
     log:
@@ -107,6 +113,7 @@ rule steer:
     input:
         weights="results/transformers/{model}/weights.h5",
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
+        spectra="results/transformers/{model}/spectra.nc",
     output:
         "results/transformers/{model}/steering.nc",
     params:
@@ -121,6 +128,7 @@ rule steer:
     threads: THREADS
     resources:
         **gpu_resources(),
+        **model_resources("steer"),
     conda:
         CONDA_ENV
     log:

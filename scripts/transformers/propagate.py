@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from specalign.io import write_netcdf
+from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, propagate
+from specalign.transformers import contracts, propagate, spectra
 from specalign.workflow import LogProgress, log, param_json, run_script
 
 
@@ -24,7 +24,6 @@ def nonfinite_hint(states, model_dir):
 
 def main(smk):
     settings = param_json(smk, "settings")
-    mw = contracts.read_weights_h5(smk.input.weights)
     model_dir = contracts.read_manifest(smk.input.manifest)["path"]
     device = torch_device(smk.resources.get("gpu", 0))
     ids = propagate.prompt_ids(model_dir, settings["prompts"])
@@ -38,19 +37,20 @@ def main(smk):
             asked,
             ids.shape[1],
         )
+    cfg = settings["propagation"]
+    # the real model first: it is freed before the float64 weights are read
+    hidden = propagate.real_forward_hidden_states(
+        model_dir, ids, device=device, dtype=propagate.torch_dtype(cfg["real_dtype"])
+    )
+    mw = contracts.read_weights_h5(smk.input.weights)
+    directions = spectra.block_directions(read_netcdf(smk.input.spectra), smk.input.spectra)
     states = propagate.propagation_states(
-        mw,
-        model_dir,
-        ids,
-        settings["eta"],
-        settings["propagation"],
-        device,
-        progress=LogProgress(5, "propagation modes", every=0.0),
+        mw, hidden, settings["eta"], cfg, progress=LogProgress(2, "simplified runs", every=0.0)
     )
     for mode, s in states.items():
         log.info("mode %s: %d layers", mode, s.shape[0] - 1)
     ds = propagate.propagation_dataset(
-        mw, states, settings["propagation"], seed=int(settings["prompts"]["seed"])
+        mw, states, cfg, seed=int(settings["prompts"]["seed"]), directions=directions
     )
     ds.attrs.update(
         model=smk.wildcards.model,

@@ -1,19 +1,19 @@
 """Steering: change the last layer's W_O so that a target direction is an eigenvector."""
 
-from specalign.io import write_netcdf
+from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, propagate, steer
+from specalign.transformers import contracts, propagate, spectra, steer
 from specalign.workflow import log, param_json, run_script
 
 
 def main(smk):
     settings = param_json(smk, "settings")
-    mw = contracts.read_weights_h5(smk.input.weights)
     model_dir = contracts.read_manifest(smk.input.manifest)["path"]
     device = torch_device(smk.resources.get("gpu", 0))
     ids = propagate.prompt_ids(model_dir, settings["prompts"])
     ds = steer.steering_dataset(
-        mw,
+        # a path: the weights are read only while they are needed (see steering_dataset)
+        smk.input.weights,
         model_dir,
         ids,
         settings["eta"],
@@ -22,6 +22,7 @@ def main(smk):
         null_draws=int(settings["null_draws"]),
         device=device,
         progress=log.info,
+        directions=spectra.block_directions(read_netcdf(smk.input.spectra), smk.input.spectra),
     )
     for i, method in enumerate(ds["method"].values):
         # positional: `method` is also a keyword argument of xarray's .sel()

@@ -76,8 +76,7 @@ def _steering(mw: ModelWeights, monkeypatch: pytest.MonkeyPatch) -> xr.Dataset:
     # *args: the producer's call signatures may grow optional arguments
     target = steer.SteeringTarget(7, ("x",), "")
     monkeypatch.setattr(steer, "steering_target", lambda *a, **k: target)
-    monkeypatch.setattr(steer, "input_embedding", lambda *a, **k: u)
-    monkeypatch.setattr(prop, "real_forward_hidden_states", lambda *a, **k: X0[None])
+    monkeypatch.setattr(steer, "model_inputs", lambda *a, **k: (X0, u))
     cfg = {"target_text": "the", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
     ids = np.zeros((3, 4), dtype=int)
     return steer.steering_dataset(mw, "unused", ids, ETA, cfg, seed=0, null_draws=4)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +47,7 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
+from specalign.transformers import spectra
 from specalign.transformers.contracts import MODES
 from specalign.transformers.families import family
 from specalign.transformers.weights import BlockWeights, ModelWeights
@@ -57,7 +58,9 @@ __all__ = [
     "attention_sublayer",
     "attention_weights",
     "correlation",
+    "alignment",
     "layer_directions",
+    "load_base_model",
     "layer_norm",
     "principal_directions",
     "propagation_metrics",
@@ -73,47 +76,17 @@ __all__ = [
 
 
 def principal_directions(F: np.ndarray) -> dict[str, Any]:
-    """Real unit directions of one layer matrix F used by the metrics.
+    """Real unit directions of one layer matrix F used by the metrics
+    (:func:`specalign.transformers.spectra.directions` of its eigen-decomposition).
 
-    Returns ``v1``, ``v2``, ``v_neg`` (each (d,), NaN when missing) and their eigenvalues
-    ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` plus ``lambda1_is_complex`` (whether the
-    eigenvalue with the largest real part is complex, in which case ``v1`` is the leading
-    *real* eigenvector). Signs are fixed so that the largest-|component| entry is positive.
-
-    ``top2_basis`` (d, 3) is an orthonormal basis, zero-padded to three columns, of the real
-    F-invariant subspace spanned by the real and imaginary parts of the eigenvectors of the
-    first two eigenvalues in the sort order (by real part): span(v1, v2) for a real
-    lambda_1 and lambda_2, the plane of the pair when lambda_1 is complex (lambda_2 is its
-    conjugate), three dimensions when only lambda_2 is complex.
+    Returns ``v1``, ``v2``, ``v_neg`` (each (d,), NaN when missing), their eigenvalues
+    ``lambda_v1``, ``lambda_v2``, ``lambda_neg``, ``lambda1_is_complex`` and ``top2_basis``
+    (d, 3). The spectra rule stores the same for every block in ``spectra.nc``; pass them
+    to :func:`layer_directions` instead of decomposing again.
     """
-    F = np.asarray(F, dtype=np.float64)
-    d = F.shape[0]
-    lam, vecs = np.linalg.eig(F)
-    order = np.lexsort((-lam.imag, -lam.real))
-    lam, vecs = lam[order], vecs[:, order]
-    real = np.flatnonzero(lam.imag == 0)
-
-    def unit(k: int) -> np.ndarray:
-        v = vecs[:, k].real.copy()
-        v /= np.linalg.norm(v)
-        return v if v[np.argmax(np.abs(v))] > 0 else -v
-
-    nan_v = np.full(d, np.nan)
-    out: dict[str, Any] = {"lambda1_is_complex": bool(lam[0].imag != 0)}
-    out["v1"] = unit(real[0]) if real.size >= 1 else nan_v
-    out["lambda_v1"] = float(lam[real[0]].real) if real.size >= 1 else np.nan
-    out["v2"] = unit(real[1]) if real.size >= 2 else nan_v
-    out["lambda_v2"] = float(lam[real[1]].real) if real.size >= 2 else np.nan
-    out["v_neg"] = unit(real[-1]) if real.size >= 1 else nan_v
-    out["lambda_neg"] = float(lam[real[-1]].real) if real.size >= 1 else np.nan
-    if real.size == 0:
+    out = spectra.directions(*spectra.sorted_eig(F))
+    if np.isnan(out["lambda_v1"]):
         warnings.warn("F has no real eigenvalue: v1/v2/v_neg are NaN", stacklevel=2)
-    top = vecs[:, : min(2, d)]
-    U, sv, _ = np.linalg.svd(np.concatenate([top.real, top.imag], axis=1), full_matrices=False)
-    rank = int(np.sum(sv > 1e-10 * sv[0]))
-    basis = np.zeros((d, 3))
-    basis[:, :rank] = U[:, :rank]
-    out["top2_basis"] = basis
     return out
 
 
@@ -131,14 +104,28 @@ def _schedule(mw: ModelWeights, n_layers: int | None) -> list[tuple[int, str]]:
     return [(int(mw.layer_block[min(t, L - 1)]), kinds[min(t, L - 1)]) for t in range(T)]
 
 
-def layer_directions(mw: ModelWeights, n_layers: int | None = None) -> dict[str, np.ndarray]:
+def layer_directions(
+    mw: ModelWeights,
+    n_layers: int | None = None,
+    directions: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, np.ndarray]:
     """Per-layer directions and eigenvalues (blocks decomposed once): arrays over layers.
 
     Keys: ``v1``, ``v2``, ``v_neg`` (T, d); ``lambda_v1``, ``lambda_v2``, ``lambda_neg``,
     ``lambda1_is_complex`` (T,); ``top2_basis`` (T, d, 3) (see :func:`principal_directions`).
+    ``directions``: the per-block directions already computed (from ``spectra.nc``, by
+    :func:`specalign.transformers.spectra.block_directions`), one per block of ``mw``;
+    when None each block used is decomposed here.
     """
     sched = _schedule(mw, n_layers)
-    per_block = {b: principal_directions(mw.blocks[b].F) for b in {b for b, _ in sched}}
+    if directions is not None:
+        if len(directions) != len(mw.blocks):
+            raise ValueError(
+                f"{len(directions)} blocks of directions for a model of {len(mw.blocks)} blocks"
+            )
+        per_block = dict(enumerate(directions))
+    else:
+        per_block = {b: principal_directions(mw.blocks[b].F) for b in {b for b, _ in sched}}
     keys = (
         "v1", "v2", "v_neg", "lambda_v1", "lambda_v2", "lambda_neg", "lambda1_is_complex",
         "top2_basis",
@@ -260,6 +247,7 @@ def simplified_forward(
     eta: float,
     attention: Literal["real", "full"] = "real",
     n_layers: int | None = None,
+    start: int = 0,
 ) -> np.ndarray:
     """The paper's simplified transformer from the embedding output (Section 3).
 
@@ -282,16 +270,20 @@ def simplified_forward(
 
     ``n_layers`` beyond ``mw.n_layers`` prolongs the model by repeating its last layer (the
     shared layer for ALBERT; Figure 6). Returns (n_layers + 1, n_prompts, n_tokens, d).
+
+    ``start`` > 0 continues a run: ``X0`` is then the state after layer ``start`` (already
+    on the sphere, so not normalised again) and the result holds states ``start`` to
+    ``n_layers``, exactly as the same slice of a run from the embedding output.
     """
     X, squeeze = _as_batch(X0, mw.d_model)
     if squeeze:
         raise ValueError("X0 must be (n_prompts, n_tokens, d)")
     if attention not in ("real", "full"):
         raise ValueError(f"attention must be 'real' or 'full', got {attention!r}")
-    sched = _schedule(mw, n_layers)
+    sched = _schedule(mw, n_layers)[start:]
     n = X.shape[1]
     states = np.empty((len(sched) + 1, *X.shape))
-    X = _unit(X)
+    X = _unit(X) if start == 0 else np.array(X, dtype=np.float64)
     states[0] = X
     A_full = _uniform_attention(n, mw.causal) if attention == "full" else None
     for t, (b, kind) in enumerate(sched):
@@ -310,12 +302,27 @@ def simplified_forward(
     return states
 
 
+def load_base_model(
+    model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None
+) -> Any:
+    """``AutoModel`` of a local model folder (``local_files_only``: never the network),
+    eager attention, eval mode, float32 unless ``dtype`` (a torch dtype) says otherwise."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(
+        str(model_dir), local_files_only=True, attn_implementation="eager"
+    )
+    return model.to(device=device, dtype=dtype or torch.float32).eval()
+
+
 def real_forward_hidden_states(
     model_dir: str | os.PathLike[str],
     input_ids: np.ndarray,
     device: str = "cpu",
     dtype: Any = None,
     final_norm: bool = False,
+    model: Any = None,
 ) -> np.ndarray:
     """Hidden states of the real model (embeddings, FFN, affine LayerNorm), Figures 11-12.
 
@@ -327,18 +334,17 @@ def real_forward_hidden_states(
     apply it to their last hidden state;
     with ``final_norm=False`` (default) it is replaced by the identity so that every state
     is the residual stream, comparable across layers. ``dtype`` (a torch dtype) defaults
-    to float32; eager attention is used.
+    to float32; eager attention is used. ``model``: one already loaded by
+    :func:`load_base_model` (its final norm is replaced as described).
     """
     import torch
-    from transformers import AutoModel
 
     ids = np.asarray(input_ids)
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
-    model = AutoModel.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    )
-    model = model.to(device=device, dtype=dtype or torch.float32).eval()
+    if model is None:
+        model = load_base_model(model_dir, device, dtype)
+    device = str(next(model.parameters()).device)
     norm = family(getattr(model.config, "model_type", None)).final_norm
     if not final_norm and norm is not None:
         setattr(model, norm, torch.nn.Identity())
@@ -432,6 +438,14 @@ def _align(Su: np.ndarray, Mu: np.ndarray, dirs: np.ndarray) -> dict[str, np.nda
     }
 
 
+def alignment(S: np.ndarray, dirs: np.ndarray, corr: Corr = "cosine") -> dict[str, np.ndarray]:
+    """gamma, psi, rho and their mean-token versions of states ``S`` (T+1, P, N, d)
+    against per-layer directions ``dirs`` (T, d): the alignment metrics of
+    :func:`propagation_metrics` for one run, without the nulls (see the module doc)."""
+    S = np.asarray(S, dtype=np.float64)
+    return _align(_unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr), _unit_rows(dirs, corr))
+
+
 def propagation_metrics(
     mw: ModelWeights,
     states: Mapping[str, np.ndarray],
@@ -440,6 +454,7 @@ def propagation_metrics(
     seed: int = 0,
     proj: Literal["top2", "v1"] = "top2",
     normalize_distance: bool = True,
+    directions: Sequence[Mapping[str, Any]] | None = None,
 ) -> xr.Dataset:
     """All per-layer metrics and null levels for several runs ("modes") of one model.
 
@@ -478,13 +493,14 @@ def propagation_metrics(
     The mean token of a prompt is the plain mean of its states (of the raw hidden states
     for the real model, so larger tokens weigh more).
     Distances use unit-normalised tokens unless ``normalize_distance=False``.
+    ``directions``: the blocks' directions from ``spectra.nc`` (see :func:`layer_directions`).
     """
     if proj not in ("top2", "v1"):
         raise ValueError(f"proj must be 'top2' or 'v1', got {proj!r}")
     if n_null_draws < 1:
         raise ValueError("n_null_draws must be >= 1")
     T, P, N, d = _states_shape(mw, states)
-    dirs = layer_directions(mw, T)
+    dirs = layer_directions(mw, T, directions)
     rng = np.random.default_rng(seed)
     rand = _unit(rng.standard_normal((n_null_draws, T, d)))
     if proj == "v1":
@@ -696,7 +712,8 @@ def prompt_ids(model_dir: str | Path, cfg: Mapping[str, Any]) -> np.ndarray:
 # --------------------------------------------------------------------------- propagation
 
 
-def _torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a config name (``propagation.real_dtype``)."""
     import torch
 
     return {"float32": torch.float32, "float64": torch.float64}[name]
@@ -704,40 +721,32 @@ def _torch_dtype(name: str) -> Any:
 
 def propagation_states(
     mw: ModelWeights,
-    model_dir: str | Path,
-    ids: np.ndarray,
+    hidden: np.ndarray,
     eta: float,
     cfg: Mapping[str, Any],
-    device: str = "cpu",
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """The token states of every mode, each (T_mode + 1, n_prompts, n_tokens, d).
 
-    ``progress(done, total)`` is called after each mode (the real model first, since
-    the simplified runs start from its embedding output).
+    ``hidden``: the real model's states (:func:`real_forward_hidden_states`), computed by
+    the caller first, so that the model is freed before the float64 weights are read (at
+    GPT-Neo 2.7B the two together would not fit 16 GiB); the simplified runs start from
+    its embedding output. ``progress(done, total)`` is called after each attention
+    reading; a simplified run and its prolonged continuation share one pass
+    (``simplified_*`` is a view of the first ``n_layers + 1`` states of ``prolonged_*``).
     """
-    prolong = int(cfg["prolonged_layers"]) > mw.n_layers
-    T = int(cfg["prolonged_layers"])
-    runs: list[tuple[str, Callable[[np.ndarray], np.ndarray]]] = [
-        ("simplified_real", lambda X0: simplified_forward(mw, X0, eta, "real")),
-        ("simplified_full", lambda X0: simplified_forward(mw, X0, eta, "full")),
-    ]
-    if prolong:
-        runs += [
-            ("prolonged_real", lambda X0: simplified_forward(mw, X0, eta, "real", T)),
-            ("prolonged_full", lambda X0: simplified_forward(mw, X0, eta, "full", T)),
-        ]
-    total = len(runs) + 1
-    hidden = real_forward_hidden_states(
-        model_dir, ids, device=device, dtype=_torch_dtype(cfg["real_dtype"])
-    )
-    if progress:
-        progress(1, total)
+    T = max(int(cfg["prolonged_layers"]), mw.n_layers)
+    prolong = T > mw.n_layers
     states = {"real_model": hidden}
-    for i, (mode, run) in enumerate(runs, start=2):
-        states[mode] = run(hidden[0])
+    for i, attention in enumerate(("real", "full"), start=1):
+        # A prolonged run repeats the last layer after the model's own layers, so the
+        # model's run is its first n_layers + 1 states: one pass computes both.
+        run = simplified_forward(mw, hidden[0], eta, attention, T)
+        states[f"simplified_{attention}"] = run[: mw.n_layers + 1]
+        if prolong:
+            states[f"prolonged_{attention}"] = run
         if progress:
-            progress(i, total)
+            progress(i, 2)
     return {mode: states[mode] for mode in MODES if mode in states}
 
 
@@ -746,16 +755,21 @@ def propagation_dataset(
     states: Mapping[str, np.ndarray],
     cfg: Mapping[str, Any],
     seed: int,
+    directions: Sequence[Mapping[str, Any]] | None = None,
 ) -> xr.Dataset:
     """All metrics of ``propagation_metrics`` with the configured correlation,
     plus ``gamma``, ``psi``, ``rho`` and their random-direction nulls under the other
     correlation (suffix ``_pearson`` or ``_cosine``) so the two readings can be compared.
+    ``directions``: the blocks' directions from ``spectra.nc`` (decomposed here if None).
     """
     corr = cfg["corr"]
     other = "pearson" if corr == "cosine" else "cosine"
     draws = int(cfg["null_draws"])
-    ds = propagation_metrics(mw, states, corr=corr, n_null_draws=draws, seed=seed)
-    alt = propagation_metrics(mw, states, corr=other, n_null_draws=draws, seed=seed)
+    if directions is None:
+        directions = [principal_directions(blk.F) for blk in mw.blocks]
+    kw = {"n_null_draws": draws, "seed": seed, "directions": directions}
+    ds = propagation_metrics(mw, states, corr=corr, **kw)
+    alt = propagation_metrics(mw, states, corr=other, **kw)
     for var in ("gamma", "psi", "rho", "gamma_null", "rho_null", "rho_mean"):
         ds[f"{var}_{other}"] = alt[var]
         ds[f"{var}_{other}"].attrs["description"] = f"{var} with corr = {other}"

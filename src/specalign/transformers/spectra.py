@@ -100,6 +100,86 @@ def eta_bound(lam: np.ndarray) -> float:
     return 2.0 / abs(l1 + ld) if -ld > l1 else float("inf")
 
 
+def sorted_eig(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues and right eigenvectors (columns) of ``F`` in the module's sort order."""
+    lam, vecs = np.linalg.eig(np.asarray(F, dtype=np.float64))
+    order = _order(lam)
+    return lam[order], vecs[:, order]
+
+
+def _real_unit(v: np.ndarray) -> np.ndarray:
+    """Real part, unit 2-norm, sign making the largest-|component| entry positive."""
+    v = v.real.copy()
+    v /= np.linalg.norm(v)
+    return v if v[np.argmax(np.abs(v))] > 0 else -v
+
+
+#: The per-block directions of :func:`directions` and their names in ``spectra.nc``.
+DIRECTION_VECTORS = {"v1": "direction_v1", "v2": "direction_v2", "v_neg": "direction_v_neg"}
+DIRECTION_VALUES = ("lambda_v1", "lambda_v2", "lambda_neg")
+
+
+def directions(lam: np.ndarray, vecs: np.ndarray) -> dict[str, Any]:
+    """The real unit directions that the alignment metrics of propagation measure against,
+    from a sorted eigen-decomposition (:func:`sorted_eig`) of one layer matrix F.
+
+    ``v1``, ``v2``, ``v_neg`` (each (d,), NaN when missing) are the eigenvectors of the
+    real eigenvalues with the largest, the second largest and the most negative real part
+    (``lambda_v1``, ``lambda_v2``, ``lambda_neg``); when lambda_1 is complex, ``v1`` is
+    therefore the leading *real* eigenvector. Signs make the largest-|component| entry
+    positive. ``top2_basis`` (d, 3) is an orthonormal basis, zero-padded to three columns,
+    of the real F-invariant subspace of the first two eigenvalues in the sort order:
+    span(v1, v2) for a real lambda_1 and lambda_2, the plane of the pair when lambda_1 is
+    complex (lambda_2 is its conjugate), three dimensions when only lambda_2 is complex.
+    Computed once per distinct block by the spectra rule and stored in ``spectra.nc``, so
+    that propagation and steering never decompose a layer again.
+    """
+    d = vecs.shape[0]
+    real = np.flatnonzero(lam.imag == 0)
+    nan_v = np.full(d, np.nan)
+
+    def pick(i: int | None) -> tuple[np.ndarray, float]:
+        if i is None:
+            return nan_v, np.nan
+        return _real_unit(vecs[:, real[i]]), float(lam[real[i]].real)
+
+    out: dict[str, Any] = {"lambda1_is_complex": bool(lam[0].imag != 0)}
+    out["v1"], out["lambda_v1"] = pick(0 if real.size >= 1 else None)
+    out["v2"], out["lambda_v2"] = pick(1 if real.size >= 2 else None)
+    out["v_neg"], out["lambda_neg"] = pick(-1 if real.size >= 1 else None)
+    top = vecs[:, : min(2, d)]
+    U, sv, _ = np.linalg.svd(np.concatenate([top.real, top.imag], axis=1), full_matrices=False)
+    rank = int(np.sum(sv > 1e-10 * sv[0]))
+    basis = np.zeros((d, 3))
+    basis[:, :rank] = U[:, :rank]
+    out["top2_basis"] = basis
+    return out
+
+
+def block_directions(ds: Any, path: str = "spectra.nc") -> list[dict[str, Any]]:
+    """The per-block :func:`directions` stored in a ``spectra.nc`` dataset, in block order.
+
+    ``path`` names the file in the error when it predates these variables.
+    """
+    from specalign.io import InputFileError
+
+    names = [*DIRECTION_VECTORS.values(), *DIRECTION_VALUES, "direction_basis"]
+    missing = [n for n in names if n not in ds]
+    if missing:
+        raise InputFileError(
+            f"{path}: missing {', '.join(missing)} (written by an older specalign); "
+            "fix: delete it and rerun the spectra rule"
+        )
+    out = []
+    for b in range(ds.sizes["block"]):
+        blk = {k: np.asarray(ds[v].values[b], np.float64) for k, v in DIRECTION_VECTORS.items()}
+        blk.update({k: float(ds[k].values[b]) for k in DIRECTION_VALUES})
+        blk["lambda1_is_complex"] = bool(ds["lambda1_is_complex"].values[b])
+        blk["top2_basis"] = np.asarray(ds["direction_basis"].values[b], np.float64)
+        out.append(blk)
+    return out
+
+
 def spectrum(F: np.ndarray, eta: float, vectors: bool = True) -> dict[str, Any]:
     """Spectral summary of one layer matrix ``F`` (see the module doc for definitions).
 
@@ -107,17 +187,15 @@ def spectrum(F: np.ndarray, eta: float, vectors: bool = True) -> dict[str, Any]:
     ``spectral_radius``, ``radius_is_negative``, ``lambda1_is_complex``,
     ``lambda_I_plus_etaF`` (complex), ``dominant_is_lambda1``, ``eta_bound`` and, when
     ``vectors``: ``v1``, ``v2`` (complex, unit, phase-fixed), ``v1_leading_real``
-    (real, the vector propagation's gamma uses) and ``v1_plane`` (2, d). With
-    ``vectors=False`` only eigenvalues are computed (``eigvals_fast``).
+    (real, the vector propagation's gamma uses) and ``v1_plane`` (2, d), and ``directions``
+    (:func:`directions`). With ``vectors=False`` only eigenvalues are computed (``eigvals_fast``).
     """
     F = np.asarray(F, dtype=np.float64)
     if F.ndim != 2 or F.shape[0] != F.shape[1]:
         raise ValueError(f"F must be square, got shape {F.shape}")
     d = F.shape[0]
     if vectors:
-        lam, vecs = np.linalg.eig(F)
-        order = _order(lam)
-        lam, vecs = lam[order], vecs[:, order]
+        lam, vecs = sorted_eig(F)
     else:
         lam, vecs = eigvals_fast(F), None
     complex1 = bool(lam[0].imag != 0)
@@ -156,6 +234,7 @@ def spectrum(F: np.ndarray, eta: float, vectors: bool = True) -> dict[str, Any]:
             v1_leading_real=lead_real,
             v1_plane=plane,
             leading_real_index=int(real_idx[0]) if real_idx.size else -1,
+            directions=directions(lam, vecs),
         )
     return out
 
@@ -172,7 +251,11 @@ def spectra_dataset(mw: ModelWeights, eta: float, n_eigs: int | None = None) -> 
     ``v2_real``, ``v2_imag``, ``v1_leading_real`` (block, component); ``v1_plane``
     (block, plane, component); ``gap``, ``spectral_radius``, ``radius_is_negative``,
     ``lambda1_is_complex``, ``leading_real_index``, ``lambda_I_plus_etaF_real``/``_imag``,
-    ``dominant_is_lambda1``, ``eta_bound`` (block,); ``layer_block`` (layer,).
+    ``dominant_is_lambda1``, ``eta_bound`` (block,); ``layer_block`` (layer,); the
+    directions that propagation and steering measure against (:func:`directions`):
+    ``direction_v1``, ``direction_v2``, ``direction_v_neg`` (block, component),
+    ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` (block,) and ``direction_basis``
+    (block, component, basis), read back by :func:`block_directions`.
     """
     import xarray as xr
 
@@ -207,6 +290,15 @@ def spectra_dataset(mw: ModelWeights, eta: float, n_eigs: int | None = None) -> 
         "eta_bound": (bdims, stack("eta_bound")),
         "layer_block": (("layer",), np.asarray(mw.layer_block, dtype=np.int64)),
     }
+    dirs = [s["directions"] for s in per_block]
+    for key, name in DIRECTION_VECTORS.items():
+        data_vars[name] = (vdims, np.stack([x[key] for x in dirs]))
+    for key in DIRECTION_VALUES:
+        data_vars[key] = (bdims, np.array([x[key] for x in dirs], dtype=np.float64))
+    data_vars["direction_basis"] = (
+        ("block", "component", "basis"),
+        np.stack([x["top2_basis"] for x in dirs]),
+    )
     ds = xr.Dataset(
         data_vars,
         coords={

@@ -23,10 +23,11 @@ Both are reported as ``||Delta||_F / ||W_O||_F``; the min-norm one is never larg
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+import gc
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +36,7 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
-from specalign.transformers import propagate
+from specalign.transformers import contracts, propagate, spectra
 from specalign.transformers.families import family
 from specalign.transformers.propagate import Corr
 from specalign.transformers.weights import ModelWeights
@@ -48,6 +49,9 @@ __all__ = [
     "compare_steering",
     "next_token_prob_change",
     "steer",
+    "model_inputs",
+    "model_space",
+    "next_token_probs",
     "steer_model_weights",
     "steered_weights",
     "steering_gamma",
@@ -69,6 +73,8 @@ class SteeringResult:
     relative_change: float  # ||Delta||_F / ||W_O||_F
     residual: float  # ||F' u - c r u|| / max(|c r|, tiny): 0 when u is an exact eigenvector
     u_is_leading: bool  # c r is (one of) F''s eigenvalues of largest real part
+    eigenvalues: np.ndarray  # of F', sorted as in spectra.py
+    directions: dict[str, Any]  # of F' (spectra.directions): the steered last layer's
 
 
 def _unit(u: np.ndarray) -> np.ndarray:
@@ -86,6 +92,8 @@ def steer(
     c: float = 1.0,
     method: Method = "min_norm",
     rcond: float | None = None,
+    radius: float | None = None,
+    W_V_pinv: np.ndarray | None = None,
 ) -> SteeringResult:
     """Change W_O so that u is an eigenvector of ``F' = W_O' W_V`` with eigenvalue ``c r``.
 
@@ -97,6 +105,13 @@ def steer(
     c : factor on the old spectral radius r of F = W_O W_V.
     method : "min_norm" or "lstsq" (see the module docstring).
     rcond : cut-off for ``numpy.linalg.pinv`` in "lstsq" (numpy's default when None).
+    radius : the spectral radius r of F when already known (it is the same for every
+        variant of one layer: an eigen-decomposition saved per call).
+    W_V_pinv : ``pinv(W_V, rcond)`` when already known (same reason, an SVD saved).
+
+    F' is decomposed once (``spectra.sorted_eig``): its eigenvalues decide
+    ``u_is_leading`` and its :func:`~specalign.transformers.spectra.directions` are the
+    steered layer's, for the per-layer metrics.
     """
     W_O = np.asarray(W_O, dtype=np.float64)
     W_V = np.asarray(W_V, dtype=np.float64)
@@ -106,7 +121,7 @@ def steer(
     if u.size != W_V.shape[1]:
         raise ValueError(f"u has {u.size} components, the model width is {W_V.shape[1]}")
     F = W_O @ W_V
-    r = float(np.max(np.abs(np.linalg.eigvals(F))))
+    r = float(np.max(np.abs(np.linalg.eigvals(F)))) if radius is None else float(radius)
     target = c * r
     rhs = target * u - F @ u  # what Delta must add to F u
     a = W_V @ u
@@ -116,13 +131,13 @@ def steer(
             raise ValueError("W_V u = 0: no change of W_O alone can make u an eigenvector")
         delta = np.outer(rhs, a) / na2
     elif method == "lstsq":
-        pinv = np.linalg.pinv(W_V) if rcond is None else np.linalg.pinv(W_V, rcond=rcond)
+        pinv = W_V_pinv if W_V_pinv is not None else _pinv(W_V, rcond)
         delta = np.outer(rhs, u @ pinv)
     else:
         raise ValueError(f"method must be 'min_norm' or 'lstsq', got {method!r}")
     W_new = W_O + delta
     F_new = W_new @ W_V
-    lam = np.linalg.eigvals(F_new)
+    lam, vecs = spectra.sorted_eig(F_new)
     scale = max(abs(target), np.finfo(float).tiny)
     top = lam.real.max()
     return SteeringResult(
@@ -135,7 +150,13 @@ def steer(
         relative_change=float(np.linalg.norm(delta) / np.linalg.norm(W_O)),
         residual=float(np.linalg.norm(F_new @ u - target * u) / scale),
         u_is_leading=bool(target >= top - 1e-9 * max(1.0, abs(top))),
+        eigenvalues=lam,
+        directions=spectra.directions(lam, vecs),
     )
+
+
+def _pinv(W_V: np.ndarray, rcond: float | None = None) -> np.ndarray:
+    return np.linalg.pinv(W_V) if rcond is None else np.linalg.pinv(W_V, rcond=rcond)
 
 
 def compare_steering(
@@ -161,15 +182,16 @@ def steered_weights(mw: ModelWeights, W_O_new: np.ndarray) -> ModelWeights:
 
     The last layer gets a block of its own (a copy of its block with the new W_O) unless
     no other layer shares its block, so for ALBERT's shared block only the last
-    application changes.
+    application changes. The unchanged arrays are shared with ``mw``, not copied (a
+    model's float64 weights can be several GB); no function of the package changes a
+    weight array in place.
     """
     W_O_new = np.asarray(W_O_new, dtype=np.float64)
     last = int(mw.layer_block[-1])
     if W_O_new.shape != mw.blocks[last].W_O.shape:
         raise ValueError(f"new W_O {W_O_new.shape} != old {mw.blocks[last].W_O.shape}")
-    out = copy.deepcopy(mw)
-    block = copy.deepcopy(mw.blocks[last])
-    block.W_O = W_O_new.copy()
+    out = dataclasses.replace(mw, blocks=list(mw.blocks))
+    block = dataclasses.replace(mw.blocks[last], W_O=W_O_new.copy())
     layer_block = np.asarray(out.layer_block).copy()
     if np.count_nonzero(layer_block == last) == 1:
         out.blocks[last] = block
@@ -246,6 +268,104 @@ def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
     return model.get_submodule(path), adapter.out_projection_transposed
 
 
+def _decoder_layers(model: Any) -> Any:
+    """The causal LM's list of layers, from the adapter's output-projection path
+    (``transformer.h.{layer}.attn.c_proj`` -> ``transformer.h``)."""
+    adapter = family(getattr(model.config, "model_type", None))
+    prefix = str(adapter.out_projection).split("{layer}")[0].rstrip(".")
+    return model.get_submodule(prefix)
+
+
+def _clone_output(out: Any) -> Any:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, tuple):
+        return type(out)(_clone_output(o) for o in out)
+    return out
+
+
+def next_token_probs(
+    model: Any,
+    input_ids: np.ndarray,
+    target_id: int,
+    variants: Sequence[np.ndarray],
+    layer: int = -1,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Probability of ``target_id`` as the next token (last position of each prompt) with
+    the causal LM ``model`` as it is, and with one layer's attention output projection
+    replaced by each W_O of ``variants`` (package convention (d_model, n_heads*d_head);
+    written into the checkpoint's own storage, transposed for GPT-2's Conv1D ``c_proj``;
+    the output bias is kept). Returns ``p_before`` (n_prompts,) and one ``p_after`` per
+    variant; the model is left as it was.
+
+    Only the changed layer and those after it run again for a variant: the outputs of the
+    earlier layers are recorded in the unchanged run and replayed (their ``forward`` is
+    replaced by the recorded output while the variants run), since they cannot depend on
+    a later layer's weights. At GPT-Neo 2.7B a variant then costs one layer and the LM
+    head instead of 32 layers.
+    """
+    import torch
+
+    ids = np.asarray(input_ids)
+    if ids.ndim == 1:
+        ids = ids[None]
+    device = str(next(model.parameters()).device)
+    module, transposed = _out_projection(model, layer)
+    n_layers = int(model.config.num_hidden_layers)
+    changed = layer % n_layers
+    stored = []
+    for W in variants:
+        W = np.asarray(W, dtype=np.float64)
+        st = W.T if transposed else W
+        if tuple(module.weight.shape) != st.shape:
+            layout = "(in, out)" if transposed else "(out, in)"
+            raise ValueError(
+                f"new W_O {W.shape} does not fit the output projection "
+                f"{tuple(module.weight.shape)} (stored {layout})"
+            )
+        stored.append(st)
+    t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
+
+    def prob() -> np.ndarray:
+        with torch.no_grad():
+            logits = model(
+                input_ids=t_ids, attention_mask=torch.ones_like(t_ids), use_cache=False
+            ).logits
+        p = torch.softmax(logits[:, -1, :].to(torch.float64), dim=-1)[:, int(target_id)]
+        return p.cpu().numpy()
+
+    layers = _decoder_layers(model)
+    recorded: dict[int, Any] = {}
+    hooks = [
+        layers[i].register_forward_hook(
+            lambda _m, _a, out, i=i: recorded.__setitem__(i, _clone_output(out))
+        )
+        for i in range(changed)
+    ]
+    try:
+        before = prob()
+    finally:
+        for h in hooks:
+            h.remove()
+    original = module.weight.detach().clone()
+    after = []
+    try:
+        for i in range(changed):
+            layers[i].forward = lambda *_a, i=i, **_k: recorded[i]
+        for st in stored:
+            with torch.no_grad():
+                module.weight.copy_(torch.as_tensor(st, dtype=module.weight.dtype, device=device))
+            after.append(prob())
+    finally:
+        with torch.no_grad():
+            module.weight.copy_(original)
+        for i in range(changed):
+            layers[i].__dict__.pop("forward", None)
+    return before, after
+
+
 def next_token_prob_change(
     model_dir: str | os.PathLike[str],
     input_ids: np.ndarray,
@@ -257,51 +377,16 @@ def next_token_prob_change(
     model: Any = None,
 ) -> dict[str, np.ndarray]:
     """Probability of ``target_id`` as the next token, before and after replacing one
-    layer's attention output projection (default: the last) by ``new_W_O``.
+    layer's attention output projection (default: the last) by ``new_W_O``
+    (:func:`next_token_probs` for one variant).
 
-    ``model``: an already loaded causal LM (from :func:`load_causal_lm`) to reuse across
-    many calls; its projection is restored after the measurement, so loading a large model
-    once serves every steering variant.
-
-    ``new_W_O`` is in the package convention (d_model, n_heads*d_head); it is written into
-    the checkpoint's own storage (transposed for GPT-2's Conv1D ``c_proj``, as is for
-    GPT-Neo's ``out_proj``); the output bias is kept. Runs the real model (embeddings,
-    FFN, LayerNorms, LM head) from a local directory. Returns ``p_before``, ``p_after`` and
-    ``delta`` (n_prompts,) at the last position of each prompt.
+    ``model``: an already loaded causal LM (from :func:`load_causal_lm`); otherwise the
+    one in ``model_dir`` is loaded. Returns ``p_before``, ``p_after`` and ``delta``
+    (n_prompts,) at the last position of each prompt.
     """
-    import torch
-
-    ids = np.asarray(input_ids)
-    if ids.ndim == 1:
-        ids = ids[None]
     if model is None:
         model = load_causal_lm(model_dir, device, dtype)
-    device = str(next(model.parameters()).device)
-    module, transposed = _out_projection(model, layer)
-    W = np.asarray(new_W_O, dtype=np.float64)
-    stored = W.T if transposed else W
-    if tuple(module.weight.shape) != stored.shape:
-        raise ValueError(
-            f"new W_O {W.shape} does not fit the output projection {tuple(module.weight.shape)} "
-            f"(stored {'(in, out)' if transposed else '(out, in)'})"
-        )
-    t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
-
-    def prob() -> np.ndarray:
-        with torch.no_grad():
-            logits = model(input_ids=t_ids, attention_mask=torch.ones_like(t_ids)).logits
-        p = torch.softmax(logits[:, -1, :].to(torch.float64), dim=-1)[:, int(target_id)]
-        return p.cpu().numpy()
-
-    before = prob()
-    original = module.weight.detach().clone()
-    try:
-        with torch.no_grad():
-            module.weight.copy_(torch.as_tensor(stored, dtype=module.weight.dtype, device=device))
-        after = prob()
-    finally:
-        with torch.no_grad():
-            module.weight.copy_(original)
+    before, (after,) = next_token_probs(model, input_ids, target_id, [new_W_O], layer)
     return {"p_before": before, "p_after": after, "delta": after - before}
 
 
@@ -322,17 +407,25 @@ def load_causal_lm(
 # --------------------------------------------------------------------------- steering.nc
 
 
-def input_embedding(model_dir: str | Path, mw: ModelWeights, token_id: int) -> np.ndarray:
-    """The input embedding of ``token_id`` in model space (d_model,), float64.
+def model_inputs(
+    model_dir: str | Path, ids: np.ndarray, token_id: int, device: str = "cpu"
+) -> tuple[np.ndarray, np.ndarray]:
+    """The real model's embedding output for ``ids`` (n_prompts, n_tokens, d_model) and
+    the input embedding of ``token_id`` as stored (embedding_size,), both float64, from
+    one load of the model (freed on return)."""
+    model = propagate.load_base_model(model_dir, device)
+    X0 = propagate.real_forward_hidden_states(model_dir, ids, model=model)[0]
+    e = model.get_input_embeddings().weight[int(token_id)].detach().to("cpu").double().numpy()
+    del model
+    gc.collect()
+    return X0, e
 
-    ALBERT embeds in a smaller space and projects to the hidden size; the projection
-    (``mw.embedding_projection``) is applied so that u lives where the tokens do.
-    """
-    from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
-    E = model.get_input_embeddings().weight.detach().to("cpu").double().numpy()
-    e = E[int(token_id)]
+def model_space(mw: ModelWeights, e: np.ndarray) -> np.ndarray:
+    """An input embedding in model space (d_model,): ALBERT embeds in a smaller space and
+    projects to the hidden size (``mw.embedding_projection``), so that u lives where the
+    tokens do; the other families embed in model space already."""
+    e = np.asarray(e, dtype=np.float64)
     if getattr(mw, "embedding_projection", None) is not None:
         e = mw.embedding_projection @ e
         if getattr(mw, "embedding_projection_bias", None) is not None:
@@ -409,7 +502,7 @@ def _random_units(d: int, n: int, seed: int) -> np.ndarray:
 
 
 def steering_dataset(
-    mw: ModelWeights,
+    weights: ModelWeights | str | Path,
     model_dir: str | Path,
     ids: np.ndarray,
     eta: float,
@@ -418,6 +511,7 @@ def steering_dataset(
     null_draws: int,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
+    directions: Sequence[Mapping[str, Any]] | None = None,
 ) -> xr.Dataset:
     """Steer the last layer towards u for every (method, c) and measure the effect.
 
@@ -431,47 +525,96 @@ def steering_dataset(
     ``target_eigenvalue``, ``u_is_leading`` (method, c); for causal language models
     ``p_before``, ``p_after`` (method, c, prompt): the probability of the target token as
     the next token through the LM head, before and after the change (NaN otherwise).
+
+    ``weights``: the model's ``ModelWeights``, or the path of its ``weights.h5``, read only
+    after the model that gives the embedding output is freed and dropped before the causal
+    LM is loaded, so that the float64 weights and a float32 model are never held together.
+    ``directions``: the blocks' directions from ``spectra.nc`` (decomposed here if None).
+
+    Only the last layer changes, so the simplified run and the per-layer metrics of the
+    unchanged layers are computed once; each variant decomposes the steered F' once and
+    reruns the last layer alone, and the causal LM replays its unchanged layers
+    (:func:`next_token_probs`). The result equals the direct computation (a full run of
+    every steered model; tested).
     """
     target = steering_target(model_dir, cfg["target_text"], cfg.get("target_id"))
-    token_id = target.token_id
     if target.warning and progress:
         progress(f"warning: {target.warning}")
-    e = input_embedding(model_dir, mw, token_id)
-    u = e / np.linalg.norm(e)
-    hidden0 = propagate.real_forward_hidden_states(model_dir, ids, device=device)[0]
+    X0, e = model_inputs(model_dir, ids, target.token_id, device)
+    mw = weights if isinstance(weights, ModelWeights) else contracts.read_weights_h5(weights)
+    u = _unit(model_space(mw, e))
     methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
-    P, N = ids.shape
-    R = _random_units(mw.d_model, null_draws, seed)
-    base_final = propagate.simplified_forward(mw, hidden0, eta, "real")[-1]
-    out = _SteeringArrays((len(methods), len(cs)), P, N, mw.n_layers)
-    causal_lm = family(mw.family).causal_lm
-    # loaded once: a large causal LM would otherwise be read again for every (method, c)
-    lm = load_causal_lm(model_dir, device) if causal_lm else None
-    for i, method in enumerate(methods):
-        for j, c in enumerate(cs):
-            if progress:
-                progress(f"steering: method={method} c={c:g}")
-            steered, res = steer_model_weights(mw, u, c, method=method)
-            states = propagate.simplified_forward(steered, hidden0, eta, "real")
-            out.record(i, j, base_final, states, steered, u, R, seed, res)
-            if causal_lm:
-                change = next_token_prob_change(
-                    model_dir, ids, token_id, res.W_O, device=device, model=lm
-                )
-                out.p_before[i, j] = change["p_before"]
-                out.p_after[i, j] = change["p_after"]
+    out = _SteeringArrays((len(methods), len(cs)), *ids.shape, mw.n_layers)
+    W_O_new = _simplified_steering(
+        mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress
+    )
+    fam = mw.family
+    causal_lm = family(fam).causal_lm
+    del mw, weights
+    gc.collect()
+    if causal_lm:
+        if progress:
+            progress("next-token probabilities through the causal LM")
+        # loaded once, after the float64 weights are gone
+        lm = load_causal_lm(model_dir, device)
+        before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
+        out.p_before[...] = before
+        out.p_after[...] = np.reshape(after, out.p_after.shape)
     ds = out.dataset(methods, cs, u)
     ds.attrs.update(
         target_text=cfg["target_text"],
-        target_id=token_id,
+        target_id=target.token_id,
         target_tokens=json.dumps(list(target.pieces)),
         target_warning=target.warning,
         eta=float(eta),
-        family=mw.family,
+        family=fam,
         causal_lm=int(causal_lm),
         null_draws=int(null_draws),
     )
     return ds
+
+
+def _simplified_steering(
+    mw: ModelWeights,
+    X0: np.ndarray,
+    eta: float,
+    u: np.ndarray,
+    methods: list[str],
+    cs: list[float],
+    out: _SteeringArrays,
+    seed: int,
+    null_draws: int,
+    directions: Sequence[Mapping[str, Any]] | None,
+    progress: Callable[[str], None] | None,
+) -> list[np.ndarray]:
+    """Every (method, c) variant through the simplified model, recorded in ``out``;
+    returns the steered W_O of each variant in (method, c) order."""
+    last = int(mw.layer_block[-1])
+    blk = mw.blocks[last]
+    if directions is None:
+        directions = [propagate.principal_directions(b.F) for b in mw.blocks]
+    base = propagate.simplified_forward(mw, X0, eta, "real")
+    base_layers = propagate.alignment(
+        base, propagate.layer_directions(mw, directions=directions)["v1"]
+    )
+    radius = float(np.max(np.abs(np.linalg.eigvals(blk.F))))
+    pinv = _pinv(blk.W_V) if "lstsq" in methods else None
+    R = _random_units(mw.d_model, null_draws, seed)
+    W_O_new = []
+    for i, method in enumerate(methods):
+        for j, c in enumerate(cs):
+            if progress:
+                progress(f"steering: method={method} c={c:g}")
+            res = steer(blk.W_O, blk.W_V, u, c, method=method, radius=radius, W_V_pinv=pinv)
+            final = propagate.simplified_forward(
+                steered_weights(mw, res.W_O), base[-2], eta, "real", start=mw.n_layers - 1
+            )[-1]
+            last_layer = propagate.alignment(
+                np.stack([base[-2], final]), res.directions["v1"][None]
+            )
+            out.record(i, j, base[-1], final, base_layers, last_layer, u, R, res)
+            W_O_new.append(res.W_O)
+    return W_O_new
 
 
 class _SteeringArrays:
@@ -495,26 +638,26 @@ class _SteeringArrays:
         i: int,
         j: int,
         base_final: np.ndarray,
-        states: np.ndarray,
-        steered: ModelWeights,
+        final: np.ndarray,
+        base_layers: Mapping[str, np.ndarray],
+        last_layer: Mapping[str, np.ndarray],
         u: np.ndarray,
         R: np.ndarray,
-        seed: int,
         res: SteeringResult,
     ) -> None:
         """gamma_u of the original and the steered final tokens, with the null, and the
-        steered model's per-layer gamma and rho."""
-        for v, final in enumerate((base_final, states[-1])):
-            self.g_u[i, j, v] = np.abs(propagate.correlation(final, u)).reshape(-1)
-            self.g_um[i, j, v] = np.abs(propagate.correlation(final.mean(axis=1), u))
+        steered model's per-layer gamma and rho: the unchanged model's for every layer
+        but the last (``base_layers``), the steered last layer's (``last_layer``)."""
+        for v, X in enumerate((base_final, final)):
+            self.g_u[i, j, v] = np.abs(propagate.correlation(X, u)).reshape(-1)
+            self.g_um[i, j, v] = np.abs(propagate.correlation(X.mean(axis=1), u))
             self.g_null[i, j, v] = np.mean(
-                [np.abs(propagate.correlation(final, r)).reshape(-1) for r in R], axis=0
+                [np.abs(propagate.correlation(X, r)).reshape(-1) for r in R], axis=0
             )
-        metrics = propagate.propagation_metrics(
-            steered, {"steered": states}, n_null_draws=1, seed=seed
-        )
-        self.g_layers[i, j] = metrics["gamma"].sel(mode="steered").values
-        self.r_layers[i, j] = metrics["rho"].sel(mode="steered").values
+        self.g_layers[i, j, :-1] = base_layers["gamma"][:-1]
+        self.g_layers[i, j, -1] = last_layer["gamma"][0]
+        self.r_layers[i, j, :-1] = base_layers["rho"][:-1]
+        self.r_layers[i, j, -1] = last_layer["rho"][0]
         self.scalars["relative_change"][i, j] = res.relative_change
         self.scalars["residual"][i, j] = res.residual
         self.scalars["target_eigenvalue"][i, j] = res.target_eigenvalue

@@ -1,0 +1,166 @@
+"""The shortcuts that make the paper's largest models affordable give the direct results.
+
+Propagation and steering read every block's directions from ``spectra.nc`` instead of
+decomposing each F again; a simplified run and its prolonged continuation share one pass;
+steering reruns only the changed last layer, in the simplified model and, through replayed
+earlier layers, in the causal LM. Each shortcut is checked here against the computation it
+replaces, on tiny models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from tiny_models import TINY_CONFIGS
+
+from specalign.transformers import propagate as prop
+from specalign.transformers import spectra, steer
+from specalign.transformers.families import family
+from specalign.transformers.weights import BlockWeights, ModelWeights
+
+D, ETA = 12, 0.5
+
+
+def _weights(n_layers: int, shared: bool, causal: bool, seed: int) -> ModelWeights:
+    rng = np.random.default_rng(seed)
+
+    def block() -> BlockWeights:
+        W_Q, W_K, W_V, W_O = rng.standard_normal((4, D, D)) / np.sqrt(D)
+        z = np.zeros(D)
+        return BlockWeights(
+            W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=z, b_K=z, b_V=z, b_O=z,
+            ln_weight=1.0 + 0.1 * rng.standard_normal(D), ln_bias=0.1 * rng.standard_normal(D),
+        )  # fmt: skip
+
+    blocks = [block() for _ in range(1 if shared else n_layers)]
+    return ModelWeights(
+        family="albert" if shared else "bert", d_model=D, n_heads=3, n_layers=n_layers,
+        blocks=blocks, layer_block=np.zeros(n_layers, int) if shared else np.arange(n_layers),
+        ln_position="post" if shared else "pre", causal=causal, attn_scale=0.5,
+        layer_attention=["global"] * n_layers,
+    )  # fmt: skip
+
+
+MODELS = {
+    # the family decides only whether a causal LM is loaded: "bert" keeps steering in
+    # the simplified model; the causal mask is on all the same
+    "distinct_causal": lambda: _weights(4, shared=False, causal=True, seed=1),
+    "shared": lambda: _weights(3, shared=True, causal=False, seed=2),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_directions_from_spectra_equal_a_fresh_decomposition(name):
+    mw = MODELS[name]()
+    stored = spectra.block_directions(spectra.spectra_dataset(mw, eta=ETA))
+    for blk, got in zip(mw.blocks, stored, strict=True):
+        fresh = prop.principal_directions(blk.F)
+        assert set(got) == set(fresh)
+        for key, want in fresh.items():
+            np.testing.assert_array_equal(got[key], want, err_msg=key)
+
+
+def test_block_directions_names_an_old_spectra_file():
+    ds = spectra.spectra_dataset(MODELS["shared"](), eta=ETA).drop_vars("direction_v_neg")
+    with pytest.raises(Exception, match="old/spectra.nc: missing direction_v_neg.*rerun"):
+        spectra.block_directions(ds, "old/spectra.nc")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_propagation_with_stored_directions_and_one_pass_is_the_direct_result(name):
+    mw = MODELS[name]()
+    rng = np.random.default_rng(3)
+    hidden = rng.standard_normal((mw.n_layers + 1, 2, 5, D))
+    cfg = {"prolonged_layers": mw.n_layers + 3, "corr": "cosine", "null_draws": 2}
+    states = prop.propagation_states(mw, hidden, ETA, cfg)
+    for attention in ("real", "full"):
+        full = prop.simplified_forward(mw, hidden[0], ETA, attention)
+        np.testing.assert_array_equal(states[f"simplified_{attention}"], full)
+        longer = prop.simplified_forward(mw, hidden[0], ETA, attention, cfg["prolonged_layers"])
+        np.testing.assert_array_equal(states[f"prolonged_{attention}"], longer)
+    stored = spectra.block_directions(spectra.spectra_dataset(mw, eta=ETA))
+    fast = prop.propagation_dataset(mw, states, cfg, seed=0, directions=stored)
+    direct = prop.propagation_dataset(mw, states, cfg, seed=0)
+    xr.testing.assert_identical(fast, direct)
+
+
+def test_simplified_forward_continues_a_run_exactly():
+    mw = MODELS["distinct_causal"]()
+    X0 = np.random.default_rng(4).standard_normal((2, 5, D))
+    run = prop.simplified_forward(mw, X0, ETA, "real")
+    tail = prop.simplified_forward(mw, run[2], ETA, "real", start=2)
+    np.testing.assert_array_equal(tail, run[2:])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_steering_dataset_equals_every_steered_model_run_in_full(name, monkeypatch):
+    """gamma_u, the per-layer gamma and rho and the scalars, against a full simplified
+    run and ``propagation_metrics`` of each steered model (the computation before the
+    last-layer shortcut)."""
+    mw = MODELS[name]()
+    rng = np.random.default_rng(5)
+    X0, e = rng.standard_normal((3, 4, D)), rng.standard_normal(D)
+    monkeypatch.setattr(steer, "steering_target", lambda *a, **k: steer.SteeringTarget(7, (), ""))
+    monkeypatch.setattr(steer, "model_inputs", lambda *a, **k: (X0, e))
+    cfg = {"target_text": "x", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
+    ds = steer.steering_dataset(mw, "unused", np.zeros((3, 4), int), ETA, cfg, 0, 3)
+    u = e / np.linalg.norm(e)
+    for method in cfg["methods"]:
+        for c in cfg["c"]:
+            steered, res = steer.steer_model_weights(mw, u, c, method=method)
+            states = prop.simplified_forward(steered, X0, ETA, "real")
+            metrics = prop.propagation_metrics(steered, {"s": states}, n_null_draws=1)
+            got = ds.sel(c=c).isel(method=cfg["methods"].index(method))
+            np.testing.assert_allclose(
+                got["gamma_layers"], metrics["gamma"].sel(mode="s"), rtol=1e-12, atol=1e-15
+            )
+            np.testing.assert_array_equal(got["rho_layers"], metrics["rho"].sel(mode="s"))
+            want_u = np.abs(prop.correlation(states[-1], u)).reshape(-1)
+            np.testing.assert_allclose(
+                got["gamma_u"].sel(variant="steered"), want_u, rtol=1e-12, atol=1e-15
+            )
+            assert float(got["residual"]) == pytest.approx(res.residual, abs=1e-12)
+            assert float(got["relative_change"]) == pytest.approx(res.relative_change, rel=1e-12)
+            assert bool(got["u_is_leading"]) == res.u_is_leading
+    # the original model's layers are untouched by steered_weights' shallow copy
+    fresh = MODELS[name]()
+    for a, b in zip(mw.blocks, fresh.blocks, strict=True):
+        np.testing.assert_array_equal(a.W_O, b.W_O)
+
+
+CAUSAL = [t for t in TINY_CONFIGS if family(t).causal_lm]
+
+
+@pytest.mark.parametrize("model_type", CAUSAL)
+def test_next_token_replay_equals_the_full_forward(model_type):
+    """p_after with the earlier layers replayed equals a full forward of the LM with the
+    changed W_O, for every causal family; the model is left unchanged."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type, **TINY_CONFIGS[model_type])
+    torch.manual_seed(0)
+    lm = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    module, transposed = steer._out_projection(lm, -1)
+    W = module.weight.detach().double().numpy()
+    W = W.T if transposed else W
+    rng = np.random.default_rng(6)
+    variants = [W + 0.3 * rng.standard_normal(W.shape) for _ in range(2)]
+    ids = rng.integers(0, 50, size=(3, 6))
+    before, after = steer.next_token_probs(lm, ids, 5, variants)
+    np.testing.assert_array_equal(module.weight.detach().double().numpy(), W.T if transposed else W)
+    t_ids = torch.as_tensor(ids)
+
+    def full(weight: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            module.weight.copy_(torch.as_tensor(weight.T if transposed else weight))
+            logits = lm(input_ids=t_ids, attention_mask=torch.ones_like(t_ids)).logits
+        return torch.softmax(logits[:, -1].double(), dim=-1)[:, 5].numpy()
+
+    original = W.copy()
+    np.testing.assert_allclose(before, full(original), rtol=1e-6)
+    for W_new, p in zip(variants, after, strict=True):
+        np.testing.assert_allclose(p, full(W_new), rtol=1e-6)
+        assert not np.allclose(p, before, rtol=1e-3)  # the change is visible
+    full(original)
