@@ -164,3 +164,14 @@ def test_next_token_replay_equals_the_full_forward(model_type):
         np.testing.assert_allclose(p, full(W_new), rtol=1e-6)
         assert not np.allclose(p, before, rtol=1e-3)  # the change is visible
     full(original)
+
+
+def test_spectra_do_not_depend_on_the_thread_count():
+    """Blocks decomposed side by side, each on one BLAS thread: the same bits as one at a
+    time, in block order."""
+    mw = _weights(5, shared=False, causal=False, seed=7)
+    one = spectra.spectra_dataset(mw, eta=ETA, threads=1)
+    two = spectra.spectra_dataset(mw, eta=ETA, threads=2)
+    xr.testing.assert_identical(one, two)
+    order = spectra.map_blocks(lambda x: x * x, list(range(7)), threads=3)
+    assert order == [x * x for x in range(7)]

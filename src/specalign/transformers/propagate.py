@@ -286,10 +286,13 @@ def simplified_forward(
     X = _unit(X) if start == 0 else np.array(X, dtype=np.float64)
     states[0] = X
     A_full = _uniform_attention(n, mw.causal) if attention == "full" else None
+    F: dict[int, np.ndarray] = {}  # W_O W_V once per block: a prolonged ALBERT reuses one
     for t, (b, kind) in enumerate(sched):
         blk = mw.blocks[b]
         if A_full is not None:
-            drift = (A_full @ X) @ blk.F.T
+            if b not in F:
+                F[b] = blk.F
+            drift = (A_full @ X) @ F[b].T
         else:
             Z = layer_norm(X, blk.ln_weight, blk.ln_bias, mw.ln_eps)
             A = _softmax_attention(mw, blk, kind, Z)
