@@ -23,6 +23,7 @@ def main(smk):
         device=device,
         progress=log.info,
         directions=spectra.block_directions(read_netcdf(smk.input.spectra), smk.input.spectra),
+        threads=smk.threads,
     )
     for i, method in enumerate(ds["method"].values):
         # positional: `method` is also a keyword argument of xarray's .sel()

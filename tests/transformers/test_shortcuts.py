@@ -105,6 +105,9 @@ def test_steering_dataset_equals_every_steered_model_run_in_full(name, monkeypat
     monkeypatch.setattr(steer, "model_inputs", lambda *a, **k: (X0, e))
     cfg = {"target_text": "x", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
     ds = steer.steering_dataset(mw, "unused", np.zeros((3, 4), int), ETA, cfg, 0, 3)
+    # the variants side by side, one BLAS thread each: the same bits
+    two = steer.steering_dataset(mw, "unused", np.zeros((3, 4), int), ETA, cfg, 0, 3, threads=2)
+    xr.testing.assert_identical(ds, two)
     u = e / np.linalg.norm(e)
     for method in cfg["methods"]:
         for c in cfg["c"]:

@@ -22,8 +22,8 @@ at once (``mem_bytes``), plus the interpreter with torch and transformers import
   freed) the float64 weights with the states of every simplified run (T + 1 states of
   P N tokens, two attention readings, and the metrics' normalised copies);
 * ``steer``: the model for the embedding output; the float64 weights with one run of
-  states; the float32 causal LM with its replayed layer outputs and the logits
-  (P N V x 4).
+  states and every variant's W_O', Delta W_O and F'; the float32 causal LM with its
+  replayed layer outputs and the logits (P N V x 4).
 
 Runtime (minutes) is ``RUNTIME_MARGIN`` times the work at rates per core measured by
 ``bench/bench_paper_scale.py`` on a 2-core machine (``RATES``: the float64 eigen-solver,
@@ -162,7 +162,8 @@ def mem_bytes(rule: str, s: ModelSize, w: Workload) -> float:
         "propagate": [model32 + hidden, weights64 + hidden + 2 * run * 3],
         "steer": [
             model32 + hidden,
-            weights64 + 3 * (L + 1) * w.tokens * d * 8.0,
+            # the variants' W_O', Delta and F' (d x d each) are held together
+            weights64 + 3 * (L + 1) * w.tokens * d * 8.0 + w.variants * 3 * d * d * 8.0,
             model32 + L * w.tokens * d * 4.0 + 2 * w.tokens * s.vocab_size * 4.0,
         ],
     }

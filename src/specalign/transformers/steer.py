@@ -512,6 +512,7 @@ def steering_dataset(
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
     directions: Sequence[Mapping[str, Any]] | None = None,
+    threads: int = 1,
 ) -> xr.Dataset:
     """Steer the last layer towards u for every (method, c) and measure the effect.
 
@@ -530,6 +531,7 @@ def steering_dataset(
     after the model that gives the embedding output is freed and dropped before the causal
     LM is loaded, so that the float64 weights and a float32 model are never held together.
     ``directions``: the blocks' directions from ``spectra.nc`` (decomposed here if None).
+    ``threads``: the variants' W_O changes and decompositions run that many at once.
 
     Only the last layer changes, so the simplified run and the per-layer metrics of the
     unchanged layers are computed once; each variant decomposes the steered F' once and
@@ -546,7 +548,7 @@ def steering_dataset(
     methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
     out = _SteeringArrays((len(methods), len(cs)), *ids.shape, mw.n_layers)
     W_O_new = _simplified_steering(
-        mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress
+        mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress, threads
     )
     fam = mw.family
     causal_lm = family(fam).causal_lm
@@ -586,6 +588,7 @@ def _simplified_steering(
     null_draws: int,
     directions: Sequence[Mapping[str, Any]] | None,
     progress: Callable[[str], None] | None,
+    threads: int,
 ) -> list[np.ndarray]:
     """Every (method, c) variant through the simplified model, recorded in ``out``;
     returns the steered W_O of each variant in (method, c) order."""
@@ -597,23 +600,30 @@ def _simplified_steering(
     base_layers = propagate.alignment(
         base, propagate.layer_directions(mw, directions=directions)["v1"]
     )
-    radius = float(np.max(np.abs(np.linalg.eigvals(blk.F))))
+    # one BLAS thread per decomposition, several at once (spectra.map_blocks): the
+    # result does not depend on the thread count, and LAPACK's eigen-solver uses a second
+    # core poorly
+    (radius,) = spectra.map_blocks(lambda F: float(np.max(np.abs(np.linalg.eigvals(F)))), [blk.F])
     pinv = _pinv(blk.W_V) if "lstsq" in methods else None
+    variants = [(i, j, m, c) for i, m in enumerate(methods) for j, c in enumerate(cs)]
+    if progress:
+        progress(f"steering: {len(variants)} variants of W_O, {threads} at a time")
+    results = spectra.map_blocks(
+        lambda v: steer(blk.W_O, blk.W_V, u, v[3], method=v[2], radius=radius, W_V_pinv=pinv),
+        variants,
+        threads,
+    )
     R = _random_units(mw.d_model, null_draws, seed)
     W_O_new = []
-    for i, method in enumerate(methods):
-        for j, c in enumerate(cs):
-            if progress:
-                progress(f"steering: method={method} c={c:g}")
-            res = steer(blk.W_O, blk.W_V, u, c, method=method, radius=radius, W_V_pinv=pinv)
-            final = propagate.simplified_forward(
-                steered_weights(mw, res.W_O), base[-2], eta, "real", start=mw.n_layers - 1
-            )[-1]
-            last_layer = propagate.alignment(
-                np.stack([base[-2], final]), res.directions["v1"][None]
-            )
-            out.record(i, j, base[-1], final, base_layers, last_layer, u, R, res)
-            W_O_new.append(res.W_O)
+    for (i, j, method, c), res in zip(variants, results, strict=True):
+        if progress:
+            progress(f"steering: method={method} c={c:g}: the steered last layer")
+        final = propagate.simplified_forward(
+            steered_weights(mw, res.W_O), base[-2], eta, "real", start=mw.n_layers - 1
+        )[-1]
+        last_layer = propagate.alignment(np.stack([base[-2], final]), res.directions["v1"][None])
+        out.record(i, j, base[-1], final, base_layers, last_layer, u, R, res)
+        W_O_new.append(res.W_O)
     return W_O_new
 
 
