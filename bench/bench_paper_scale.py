@@ -317,19 +317,19 @@ def project(
     def seconds(rules: dict[str, dict[str, float]], rule: str) -> float:
         return rules[rule][key] / (threads if key == "cpu_s" else 1)
 
-    per_family = {PAPER[n].model_type: n for n in measured}
-    rows = []
+    rows, missing = [], []
     for name, m in PAPER.items():
-        if m.model_type not in per_family:
+        ref = reference(m, measured)
+        if ref is None:
+            missing.append(name)
             continue
-        ref = per_family[m.model_type]
         g, g_ref = geometry(m), geometry(PAPER[ref])
         for rule in RULES:
             if rule == "random_model" and name not in TWINS:
                 continue
             units = g["blocks"] if rule == "spectra" else g["layers"]
             units_ref = g_ref["blocks"] if rule == "spectra" else g_ref["layers"]
-            fixed = seconds(tiny[m.model_type]["rules"], rule)
+            fixed = seconds(tiny[PAPER[ref].model_type]["rules"], rule)
             variable = max(seconds(measured[ref]["rules"], rule) - fixed, 0.0) / units_ref
             scale = (g["d"] / g_ref["d"]) ** EXPONENT[rule]
             rows.append({"model": name, "rule": rule, "s": fixed + units * variable * scale})
@@ -339,7 +339,23 @@ def project(
                 for r in rows
                 if r["model"] == name and r["rule"] != "random_model"
             ]
-    return {"rows": rows, "total_s": sum(r["s"] for r in rows)}
+    return {"rows": rows, "total_s": sum(r["s"] for r in rows), "not_projected": missing}
+
+
+def reference(m: PaperModel, measured: dict[str, Any]) -> str | None:
+    """The measured model whose per-unit costs stand for ``m``: the largest of its own
+    family, else (a family not measured in this run) one of a family with the same
+    attention kind (causal decoders, or bidirectional encoders), nearest in width: their
+    layers do the same work per token."""
+    from specalign.transformers.families import family
+
+    own = [n for n in measured if PAPER[n].model_type == m.model_type]
+    if own:
+        return own[0]
+    causal = family(m.model_type).causal
+    alike = [n for n in measured if family(PAPER[n].model_type).causal == causal]
+    d = geometry(m)["d"]
+    return min(alike, key=lambda n: abs(geometry(PAPER[n])["d"] - d), default=None)
 
 
 # ----------------------------------------------------------------------------- main
@@ -352,7 +368,17 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="sizes and parameter counts only")
     parser.add_argument("--json", type=Path, help="write every number to this file")
     parser.add_argument("--tmp", type=Path, default=None, help="scratch folder (default: $TMPDIR)")
+    parser.add_argument(
+        "--project",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="no run: the targets and projection from the --json files of earlier runs "
+        "(several: their models together, at the highest GEMM rate they measured)",
+    )
     args = parser.parse_args()
+    if args.project:
+        return project_files(args.project, args.json)
 
     print(f"{'model':<20} {'hub id':<34} {'d':>5} {'layers':>6} {'blocks':>6} "
           f"{'params':>14} {'model card':>10}")  # fmt: skip
@@ -385,6 +411,24 @@ def main() -> int:
     results.update(targets(measured, tiny, rate, args.threads))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=float))
+    return 0
+
+
+def project_files(paths: list[Path], out: Path | None) -> int:
+    """The targets of several runs' results together (``--project``)."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    tiny = {k: v for r in runs for k, v in r.get("tiny", {}).items()}
+    measured = {k: v for r in runs for k, v in r.get("measured", {}).items()}
+    rate = max((r["gemm_flops"] for r in runs), key=lambda g: g["wall"])
+    threads = runs[0]["threads"]
+    print(f"{', '.join(measured)} measured; float64 GEMM rate {rate['wall'] / 1e9:.1f} GFLOP/s")
+    for name in measured:
+        print(f"\n{name}")
+        report_model(measured[name])
+    results = {"threads": threads, "gemm_flops": rate, "tiny": tiny, "measured": measured}
+    results.update(targets(measured, tiny, rate, threads))
+    if out:
+        out.write_text(json.dumps(results, indent=2, default=float))
     return 0
 
 
@@ -422,6 +466,9 @@ def targets(measured: dict, tiny: dict, rate: dict[str, float], threads: int) ->
             by_rule[row["rule"]] = by_rule.get(row["rule"], 0.0) + row["s"]
         for rule, sec in by_rule.items():
             print(f"    {rule:<16} {sec / 60:7.1f} min")
+        if proj["not_projected"]:
+            print(f"    not projected (no measured model of their kind): "
+                  f"{', '.join(proj['not_projected'])}")  # fmt: skip
         out[f"projection_{key}"] = proj
     for key, rkey in (("s", "wall"), ("cpu_s", "cpu")):
         flops = time_s = 0.0
