@@ -166,11 +166,33 @@ def _heads_split(M: np.ndarray, n_heads: int) -> np.ndarray:
     return np.moveaxis(M.reshape(*lead, n, n_heads, hd // n_heads), -2, -3)
 
 
+def _stacked_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for stacks of small matrices (per prompt and head: n x d_head, n x n) on
+    one BLAS thread. Each product is tiny, so a second thread gains nothing, and when the
+    cores are shared with other work, BLAS threads that wait for each other on thousands
+    of tiny products made the simplified run 10x slower (measured on 2 busy cores)."""
+    with _one_blas_thread():
+        return a @ b
+
+
+def _one_blas_thread() -> Any:
+    """A context limiting BLAS to one thread (threadpoolctl's controller, built once)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
+_CONTROLLER: Any = None
+
+
 def _softmax_attention(mw: ModelWeights, blk: BlockWeights, kind: str, Z: np.ndarray) -> np.ndarray:
     """(P, H, n, n) softmax(attn_scale * Q K^T) from the LayerNorm-scale inputs Z."""
     Q = _heads_split(Z @ blk.W_Q.T + blk.b_Q, mw.n_heads)
     K = _heads_split(Z @ blk.W_K.T + blk.b_K, mw.n_heads)
-    scores = mw.attn_scale * (Q @ np.swapaxes(K, -1, -2))
+    scores = mw.attn_scale * _stacked_matmul(Q, np.swapaxes(K, -1, -2))
     allowed = _mask(Z.shape[-2], mw.causal, kind, mw.window_size)
     scores = np.where(allowed, scores, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
@@ -219,7 +241,7 @@ def attention_sublayer(mw: ModelWeights, layer: int, X: np.ndarray) -> np.ndarra
     Z = layer_norm(Xb, blk.ln_weight, blk.ln_bias, mw.ln_eps) if mw.ln_position == "pre" else Xb
     A = _softmax_attention(mw, blk, kind, Z)
     V = _heads_split(Z @ blk.W_V.T + blk.b_V, mw.n_heads)
-    ctx = np.moveaxis(A @ V, -3, -2)  # (P, n, H, dh)
+    ctx = np.moveaxis(_stacked_matmul(A, V), -3, -2)  # (P, n, H, dh)
     out = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T + blk.b_O
     return out[0] if squeeze else out
 
@@ -298,7 +320,7 @@ def simplified_forward(
             A = _softmax_attention(mw, blk, kind, Z)
             # mixing W_V x before W_O costs H d_head d per token instead of H d^2 for F^h
             V = _heads_split(X @ blk.W_V.T, mw.n_heads)
-            ctx = np.moveaxis(A @ V, -3, -2)
+            ctx = np.moveaxis(_stacked_matmul(A, V), -3, -2)
             drift = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T
         X = _unit(X + eta * drift)
         states[t + 1] = X
@@ -396,7 +418,7 @@ def token_distance(states: np.ndarray, normalize: bool = True) -> np.ndarray:
         return np.full(X.shape[:-2], np.nan)
     # via the Gram matrix: an explicit (..., n, n, d) difference array would take
     # gigabytes for 33 layers x 100 prompts of 2560-dim GPT-Neo tokens
-    G = X @ np.swapaxes(X, -1, -2)
+    G = _stacked_matmul(X, np.swapaxes(X, -1, -2))
     sq = np.diagonal(G, axis1=-2, axis2=-1)
     D = np.sqrt(np.clip(sq[..., :, None] + sq[..., None, :] - 2.0 * G, 0.0, None))
     iu = np.triu_indices(n, 1)
