@@ -68,6 +68,9 @@ rule spectra:
     params:
         eta=config["transformers"]["eta"],
     threads: THREADS
+    resources:
+        # float64 eig of d x d matrices: tens of minutes per d = 4096 model on 2 cores
+        **gpu_resources(),
     conda:
         CONDA_ENV
     log:
