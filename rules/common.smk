@@ -135,6 +135,15 @@ def commutator_targets():
     )
 
 
+def random_model_inputs(wildcards):
+    """The manifest of the model a random model copies (``like``), or its config.json
+    file; nothing for a configuration written in the config."""
+    spec = config["transformers"]["models"][wildcards.model]
+    if spec["like"]:
+        return {"like": f"{MODEL_CACHE}/{spec['like']}/manifest.json"}
+    return {"config_file": spec["config_file"]} if spec["config_file"] else {}
+
+
 def random_twin_spectra(wildcards):
     """The spectra of the model's random-weight twin (`{model}_random`), if configured."""
     twin = f"{wildcards.model}_random"

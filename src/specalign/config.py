@@ -161,7 +161,9 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
 
-_MODEL_FIELD = {"hub": "id", "local": "path", "package": "package", "random": "like"}
+_MODEL_FIELD = {"hub": "id", "local": "path", "package": "package"}
+#: Where a random model's configuration comes from: exactly one of these is given.
+_RANDOM_FROM = ("like", "config_file", "config")
 
 
 def _check_models(cfg: Mapping[str, Any]) -> list[str]:
@@ -170,15 +172,28 @@ def _check_models(cfg: Mapping[str, Any]) -> list[str]:
     models = tcfg.get("models", {})
     for name, spec in models.items():
         key = f"transformers.models.{name}"
-        field = _MODEL_FIELD[spec["source"]]
-        if not spec.get(field):
+        if spec["source"] == "random":
+            given = [f for f in _RANDOM_FROM if spec.get(f)]
+            if len(given) != 1:
+                problems.append(
+                    f"{key}: a random model needs exactly one of {', '.join(_RANDOM_FROM)} "
+                    f"(got {', '.join(given) or 'none'})"
+                )
+        elif not spec.get(_MODEL_FIELD[spec["source"]]):
+            field = _MODEL_FIELD[spec["source"]]
             problems.append(f"{key}.{field}: required for source {spec['source']!r}")
+        if spec["source"] != "random" and (spec.get("config") or spec.get("config_file")):
+            problems.append(f"{key}: config/config_file only apply to source 'random'")
         if spec["source"] == "random" and spec.get("like"):
             like = models.get(spec["like"])
             if like is None:
                 problems.append(f"{key}.like: no configured model named {spec['like']!r}")
-            elif like["source"] == "random":
-                problems.append(f"{key}.like: {spec['like']!r} is itself a random model")
+            elif like["source"] == "random" and like.get("like"):
+                # a twin of a model built from a configuration is fine; chains are not
+                problems.append(
+                    f"{key}.like: {spec['like']!r} is itself a random model copying "
+                    f"{like['like']!r}; copy that one"
+                )
     prompts = tcfg.get("prompts", {})
     if prompts.get("kind") == "text" and not prompts.get("text_file"):
         problems.append("transformers.prompts.text_file: required for kind 'text'")

@@ -401,3 +401,23 @@ def test_stock_float32_model_matches_at_the_float32_level(tmp_path: Path) -> Non
     for i in range(mw.n_layers):
         A = prop.attention_weights(mw, i, out.hidden_states[i].double().numpy())
         np.testing.assert_allclose(A, out.attentions[i].double().numpy(), rtol=0, atol=2e-6)
+
+
+def test_random_twin_of_a_causal_lm_is_saved_with_its_head(tmp_path: Path) -> None:
+    """An untied LM head left out of a random model would be drawn afresh, unseeded, at
+    every load, so the steering probabilities of a random twin would not repeat."""
+    from safetensors import safe_open
+
+    from specalign.transformers.sources import make_random_model
+
+    folder = make_random_model(dict(CONFIGS["phi3"]), tmp_path / "twin", seed=0)
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" in f.keys()
+    ids = prop.random_prompts(96, 2, 5, seed=0)
+    lm = st.load_causal_lm(folder)
+    W_O = lm.model.layers[-1].self_attn.o_proj.weight.detach().double().numpy()
+    # two independent loads of the folder: an unsaved head would differ between them
+    p = [st.next_token_prob_change(folder, ids, 3, W_O)["p_before"] for _ in range(2)]
+    np.testing.assert_array_equal(p[0], p[1])
+    masked = make_random_model(dict(CONFIGS["roberta"]), tmp_path / "masked", seed=0)
+    assert extract(masked).family == "roberta"

@@ -92,7 +92,36 @@ BAD = [
         "bad name!",
     ),
     (lambda c: c.setdefault("plots", {}).update(formats=["gif"]), "plots.formats[0]"),
+    (
+        lambda c: c["transformers"]["models"]["minilm_random"].update(config={"model_type": "x"}),
+        "minilm_random: a random model needs exactly one of like, config_file, config (got "
+        "like, config)",
+    ),
+    (
+        lambda c: c["transformers"]["models"].update(twin={"source": "random"}),
+        "transformers.models.twin: a random model needs exactly one of",
+    ),
+    (
+        lambda c: c["transformers"]["models"].update(twin={"source": "random", "config": {}}),
+        "transformers.models.twin.config: 'model_type' is a required property",
+    ),
+    (
+        lambda c: c["transformers"]["models"]["minilm"].update(config_file="c.json"),
+        "transformers.models.minilm: config/config_file only apply to source 'random'",
+    ),
 ]
+
+
+def test_random_model_from_a_written_configuration(base):
+    """A random model may be declared from its configuration alone (offline twins)."""
+    base["transformers"]["models"] = {
+        "twin": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32}},
+        "twin_file": {"source": "random", "config_file": "twin/config.json", "seed": 2},
+    }
+    cfg = validate_config(base)
+    assert cfg["transformers"]["models"]["twin"]["config"]["hidden_size"] == 32
+    assert cfg["transformers"]["models"]["twin"]["like"] == ""
+    assert cfg["transformers"]["models"]["twin_file"]["config"] is None
 
 
 @pytest.mark.parametrize("mutate,key", BAD)
