@@ -421,3 +421,34 @@ def test_random_twin_of_a_causal_lm_is_saved_with_its_head(tmp_path: Path) -> No
     np.testing.assert_array_equal(p[0], p[1])
     masked = make_random_model(dict(CONFIGS["roberta"]), tmp_path / "masked", seed=0)
     assert extract(masked).family == "roberta"
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt_neox", "gemma3_text", "qwen2", "phi3"])
+def test_hub_config_dialect_reads_the_same(cases: dict, name: str, tmp_path: Path) -> None:
+    """config.json as 4.x wrote it (rope_theta + rope_scaling, rotary_pct, Gemma 3's
+    rope_local_base_freq + sliding_window_pattern, Qwen2's max_window_layers) gives the
+    attention recipe of the 5.x file that save_pretrained writes."""
+    import shutil
+
+    case = cases[name]
+    shutil.copy(case.folder / "model.safetensors", tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(CONFIGS[name]))
+    with float64_everywhere():
+        hub = extract(tmp_path)
+    assert "rope_parameters" not in CONFIGS[name]
+    assert json.loads((case.folder / "config.json").read_text()).get("rope_parameters")
+    np.testing.assert_array_equal(hub.rotary_inv_freq, case.mw.rotary_inv_freq)
+    np.testing.assert_array_equal(hub.rotary_scaling, case.mw.rotary_scaling)
+    for field in ("layer_attention", "window_size", "n_kv_heads", "attn_scale", "rotary"):
+        assert getattr(hub, field) == getattr(case.mw, field), field
+
+
+def test_random_prompts_avoid_the_config_special_ids(tmp_path: Path) -> None:
+    """A folder without a tokenizer (a twin built from a configuration): the prompts avoid
+    config.json's pad/bos/eos ids (a pad id inside a RoBERTa prompt shifts positions)."""
+    config = {"model_type": "gpt2", "vocab_size": 16, "pad_token_id": 1, "bos_token_id": 0,
+              "eos_token_id": [2, 3]}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cfg = {"kind": "random", "n_prompts": 50, "n_tokens": 10, "seed": 0}
+    ids = set(np.unique(prop.prompt_ids(tmp_path, cfg)).tolist())
+    assert ids and not ids & {0, 1, 2, 3} and ids <= set(range(4, 16))

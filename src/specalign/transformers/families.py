@@ -243,7 +243,7 @@ class FamilyAdapter(ABC):
     residual: str = "sequential"
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        self.config = dict(config)
+        #: transformers' configuration object: every fact below is read from it
         self.hf = hf_config(config)
         self.d_model = int(_attr(self.hf, "hidden_size"))
         self.n_heads = int(_attr(self.hf, "num_attention_heads"))
