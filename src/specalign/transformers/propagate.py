@@ -49,6 +49,7 @@ import xarray as xr
 from specalign.io import InputFileError
 from specalign.transformers.contracts import MODES
 from specalign.transformers.families import family
+from specalign.transformers.sources import TOKENIZER_PATTERNS
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
 Corr = Literal["cosine", "pearson"]
@@ -61,6 +62,8 @@ __all__ = [
     "family_norm",
     "layer_directions",
     "layer_norm",
+    "load_base_model",
+    "model_hidden_states",
     "principal_directions",
     "propagation_metrics",
     "random_prompts",
@@ -406,36 +409,54 @@ def real_forward_hidden_states(
     dtype: Any = None,
     final_norm: bool = False,
 ) -> np.ndarray:
-    """Hidden states of the real model (embeddings, FFN, affine LayerNorm), Figures 11-12.
+    """Hidden states of the real model (embeddings, FFN, norms), Figures 11-12.
 
-    Loads ``AutoModel`` from a local directory (``local_files_only``: never the network)
-    and runs ``input_ids`` (n_prompts, n_tokens) with ``output_hidden_states=True``.
+    Loads ``AutoModel`` from a local directory (:func:`load_base_model`) and returns
+    :func:`model_hidden_states` of ``input_ids`` (n_prompts, n_tokens).
+    """
+    model = load_base_model(model_dir, device, dtype)
+    return model_hidden_states(model, input_ids, final_norm=final_norm)
+
+
+def load_base_model(
+    model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None
+) -> Any:
+    """``AutoModel`` of a local model folder (``local_files_only``: never the network),
+    eager attention, eval mode, float32 unless ``dtype`` (a torch dtype) says otherwise."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(
+        str(model_dir), local_files_only=True, attn_implementation="eager"
+    )
+    return model.to(device=device, dtype=dtype or torch.float32).eval()
+
+
+def model_hidden_states(model: Any, input_ids: np.ndarray, final_norm: bool = False) -> np.ndarray:
+    """The hidden states of a loaded base model on ``input_ids`` (n_prompts, n_tokens).
+
     Returns float64 (n_layers + 1, n_prompts, n_tokens, d): state 0 is the input of layer
     0 (the embedding output: for ALBERT after the embedding-to-hidden projection, for
     Gemma scaled by sqrt(d), for OPT-350m after ``project_in``), state t the output of
     layer t. ``transformers`` (5.x) replaces the last hidden state of every decoder family
     by the model's final output (after ``ln_f``/``norm``/``final_layer_norm``, for
     OPT-350m ``project_out`` of another width); with ``final_norm=False`` (default) the
-    model's ``config.tie_last_hidden_states`` is switched off (and GPT-Neo's final norm,
-    which its own loop applies before the last state, replaced by the identity) so that
-    every state is the residual stream, comparable across layers. ``dtype`` (a torch
-    dtype) defaults to float32; eager attention is used.
+    model's ``config.tie_last_hidden_states`` is switched off and GPT-Neo's final norm,
+    which its own loop applies before the last state, replaced by the identity (the model
+    is changed in place), so that every state is the residual stream, comparable across
+    layers. With ``final_norm=True`` the model is left as it is.
     """
     import torch
-    from transformers import AutoModel
 
     ids = np.asarray(input_ids)
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
-    model = AutoModel.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    )
-    model = model.to(device=device, dtype=dtype or torch.float32).eval()
-    loop_norm = family(getattr(model.config, "model_type", None)).final_norm_in_loop
     if not final_norm:
         model.config.tie_last_hidden_states = False
+        loop_norm = family(getattr(model.config, "model_type", None)).final_norm_in_loop
         if loop_norm is not None:
             setattr(model, loop_norm, torch.nn.Identity())
+    device = next(model.parameters()).device
     with torch.no_grad():
         t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
         out = model(
@@ -741,7 +762,14 @@ def text_prompts(
 
 
 def load_tokenizer(model_dir: str | Path) -> Any | None:
-    """The model's tokenizer from its folder, or None when the folder has none."""
+    """The model's tokenizer from its folder, or None when the folder has none.
+
+    A folder without any tokenizer file (a random twin built from a configuration) has
+    none: ``AutoTokenizer`` would otherwise build a vocabulary-less tokenizer of the
+    family from nothing, after seconds of imports, whose special ids are not the model's.
+    """
+    if not any(any(Path(model_dir).glob(p)) for p in TOKENIZER_PATTERNS):
+        return None
     try:
         from transformers import AutoTokenizer
 

@@ -319,15 +319,17 @@ def load_causal_lm(
 # --------------------------------------------------------------------------- steering.nc
 
 
-def input_embedding(model_dir: str | Path, mw: ModelWeights, token_id: int) -> np.ndarray:
+def input_embedding(
+    model_dir: str | Path, mw: ModelWeights, token_id: int, model: Any = None
+) -> np.ndarray:
     """The input embedding of ``token_id`` in model space (d_model,), float64.
 
-    ALBERT embeds in a smaller space and projects to the hidden size; the projection
-    (``mw.embedding_projection``) is applied so that u lives where the tokens do.
+    ALBERT and OPT-350m embed in a smaller space and project to the hidden size; the
+    projection (``mw.embedding_projection``) is applied so that u lives where the tokens
+    do. ``model``: an already loaded model of the folder (else its base model is loaded).
     """
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
+    if model is None:
+        model = propagate.load_base_model(model_dir)
     E = model.get_input_embeddings().weight.detach().to("cpu").double().numpy()
     e = E[int(token_id)]
     if getattr(mw, "embedding_projection", None) is not None:
@@ -382,17 +384,20 @@ def steering_dataset(
     the next token through the LM head, before and after the change (NaN otherwise).
     """
     token_id = target_token(model_dir, cfg["target_text"], cfg.get("target_id"))
-    e = input_embedding(model_dir, mw, token_id)
+    causal_lm = family(mw.family).causal_lm
+    # loaded once: a large model would otherwise be read again for the target's
+    # embedding, the embedding output and every (method, c)
+    lm = load_causal_lm(model_dir, device) if causal_lm else None
+    base = lm.base_model if lm is not None else propagate.load_base_model(model_dir, device)
+    e = input_embedding(model_dir, mw, token_id, model=base)
     u = e / np.linalg.norm(e)
-    hidden0 = propagate.real_forward_hidden_states(model_dir, ids, device=device)[0]
+    # state 0 only, which no final norm touches: the causal LM's base stays as it is
+    hidden0 = propagate.model_hidden_states(base, ids, final_norm=True)[0]
     methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
     P, N = ids.shape
     R = _random_units(mw.d_model, null_draws, seed)
     base_final = propagate.simplified_forward(mw, hidden0, eta, "real")[-1]
     out = _SteeringArrays((len(methods), len(cs)), P, N, mw.n_layers)
-    causal_lm = family(mw.family).causal_lm
-    # loaded once: a large causal LM would otherwise be read again for every (method, c)
-    lm = load_causal_lm(model_dir, device) if causal_lm else None
     for i, method in enumerate(methods):
         for j, c in enumerate(cs):
             if progress:
