@@ -55,7 +55,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +64,9 @@ try:
     import specalign  # noqa: F401
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from checkpoints import build_checkpoint, checkpoint_shapes  # noqa: E402
+from checkpoints import check_layout as checkpoints_check_layout  # noqa: E402
 
 from specalign.runtime import pin_threads  # noqa: E402
 
@@ -154,118 +156,22 @@ def gpt2_config(name: str) -> Any:
     raise ValueError(name)
 
 
-def _random_tensor(name: str, shape: tuple[int, ...], gen: Any, std: float) -> Any:
-    """GPT-2-like init: N(0, std) matrices, LayerNorm weights 1, biases 0."""
-    import torch
-
-    if len(shape) >= 2:
-        return torch.randn(shape, generator=gen, dtype=torch.float32).mul_(std)
-    if name.endswith(".weight"):  # LayerNorm gains
-        return torch.ones(shape, dtype=torch.float32)
-    return torch.zeros(shape, dtype=torch.float32)
-
-
-def write_safetensors_streaming(
-    path: Path, shapes: dict[str, tuple[int, ...]], make: Callable[[str], Any]
-) -> int:
-    """Write float32 tensors ``make(name)`` to ``path`` one at a time in the safetensors
-    format (header as safetensors writes it: names sorted, 8-byte aligned, format "pt").
-    Returns the number of bytes written."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    names = sorted(shapes)
-    for name in names:
-        nbytes = 4 * int(np.prod(shapes[name], dtype=np.int64))
-        header[name] = {
-            "dtype": "F32",
-            "shape": list(shapes[name]),
-            "data_offsets": [offset, offset + nbytes],
-        }
-        offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for name in names:
-            t = make(name).contiguous()
-            assert tuple(t.shape) == tuple(shapes[name])
-            f.write(memoryview(t.numpy()).cast("B"))
-            del t
-    return 8 + len(raw) + offset
-
-
 def build_gpt2_checkpoint(out_dir: Path, config_name: str, seed: int = 0) -> dict[str, Any]:
     """A random-weight GPT2Model checkpoint laid out as ``save_pretrained`` writes it."""
-    import torch
-    from transformers import AutoModel
-
-    t0 = time.perf_counter()
     cfg = gpt2_config(config_name)
-    with torch.device("meta"):
-        model = AutoModel.from_config(cfg)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    cfg.architectures = [type(model).__name__]
-    cfg.dtype = torch.float32
-    del model
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg.save_pretrained(out_dir)
-    gen = torch.Generator().manual_seed(seed)
-    std = float(cfg.initializer_range)
-    nbytes = write_safetensors_streaming(
-        out_dir / "model.safetensors",
-        shapes,
-        lambda name: _random_tensor(name, shapes[name], gen, std),
-    )
-    n_params = sum(int(np.prod(s, dtype=np.int64)) for s in shapes.values())
-    return {
-        "config": config_name,
-        **GPT2_CONFIGS.get(config_name, {}),
-        "n_params": n_params,
-        "bytes": nbytes,
-        "build_s": time.perf_counter() - t0,
-    }
-
-
-def _safetensors_header(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(n))
+    cfg.architectures = ["GPT2Model"]
+    built = build_checkpoint(out_dir, cfg, seed)
+    return {"config": config_name, **GPT2_CONFIGS.get(config_name, {}), **built}
 
 
 def check_layout(tmp: Path) -> dict[str, Any]:
-    """Build a tiny GPT-2 with ``save_pretrained`` and with the streaming writer; compare
-    file names, tensor names/dtypes/shapes, metadata and config.json."""
-    import torch
-    from transformers import AutoModel
-
-    ref, ours = tmp / "layout_ref", tmp / "layout_ours"
-    torch.manual_seed(0)
-    AutoModel.from_config(gpt2_config("tiny")).save_pretrained(ref)
-    build_gpt2_checkpoint(ours, "tiny")
-    files_ref = sorted(p.name for p in ref.iterdir())
-    files_ours = sorted(p.name for p in ours.iterdir())
-    h_ref = _safetensors_header(ref / "model.safetensors")
-    h_ours = _safetensors_header(ours / "model.safetensors")
-
-    def desc(h: dict[str, Any]) -> dict[str, Any]:
-        return {k: (v if k == "__metadata__" else (v["dtype"], v["shape"])) for k, v in h.items()}
-
-    cfg_ref = json.loads((ref / "config.json").read_text())
-    cfg_ours = json.loads((ours / "config.json").read_text())
-    problems = []
-    if files_ref != files_ours:
-        problems.append(f"files {files_ours} != {files_ref}")
-    if desc(h_ref) != desc(h_ours):
-        problems.append("safetensors headers differ")
-    if cfg_ref != cfg_ours:
-        diff = sorted(
-            k for k in cfg_ref.keys() | cfg_ours.keys() if cfg_ref.get(k) != cfg_ours.get(k)
-        )
-        problems.append(f"config.json differs in {diff}")
-    shutil.rmtree(ref)
-    shutil.rmtree(ours)
-    return {"files": files_ref, "n_tensors": len(h_ref) - 1, "problems": problems}
+    """The streamed tiny GPT-2 against ``save_pretrained``'s (bench/checkpoints.py)."""
+    cfg = gpt2_config("tiny")
+    cfg.architectures = ["GPT2Model"]
+    problems = checkpoints_check_layout(tmp, cfg)
+    n_tensors = len(checkpoint_shapes(cfg))
+    return {"files": ["config.json", "model.safetensors"], "n_tensors": n_tensors,
+            "problems": problems}  # fmt: skip
 
 
 def build_albert_checkpoint(out_dir: Path, name: str, seed: int = 0) -> dict[str, Any]:

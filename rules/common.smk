@@ -6,7 +6,13 @@ from pathlib import Path
 from specalign.commutators.data.uci import DATASETS
 from specalign.commutators.figures import FIGURES
 from specalign.commutators.tables import TABLES
-from specalign.config import ConfigError, canonical_json, experiment_config, validate_config
+from specalign.config import (
+    ConfigError,
+    canonical_json,
+    experiment_config,
+    random_likes,
+    validate_config,
+)
 from specalign.fingerprint import script_fingerprint
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.tables import MODEL_TABLES
@@ -24,6 +30,8 @@ CONDA_ENV = "../envs/specalign.yaml"
 THREADS = config["threads"]
 MODEL_CACHE = config["transformers"]["cache"]
 MODELS = sorted(config["transformers"]["models"])
+# random model -> the model its like: names; the null of a model is its random twin
+LIKE = random_likes(config)
 RANDOM_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "random"]
 FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS]
 GPU = config["resources"]["gpu"]
@@ -118,7 +126,11 @@ def reported(paths, caption, category, subcategory=None, labels=None):
 
 def diagnostics_files(names=None):
     names = EXPERIMENTS if names is None else names
-    return [f"results/commutators/{e}/diagnostics.nc" for e in names]
+    return expand(rules.commutators.output[0], experiment=names)
+
+
+# Targets are the rules' own outputs, expanded over the configured experiments and models:
+# no output path or name list is repeated here.
 
 
 def commutator_targets():
@@ -126,12 +138,8 @@ def commutator_targets():
         return []
     return (
         diagnostics_files()
-        + [f"results/tables/commutators/{t}.csv" for t in TABLES]
-        + expand(
-            "results/figures/commutators/{figure}.{fmt}",
-            figure=FIGURES,
-            fmt=config["plots"]["formats"],
-        )
+        + list(rules.commutator_tables.output)
+        + expand(rules.commutator_figure.output, figure=FIGURES)
     )
 
 
@@ -144,30 +152,33 @@ def random_model_inputs(wildcards):
     return {"config_file": spec["config_file"]} if spec["config_file"] else {}
 
 
+def random_twin(model):
+    """The model's random-weight twin: the random model whose like: names it (the first
+    by name when several do), or None. Never guessed from the names."""
+    twins = sorted(r for r, m in LIKE.items() if m == model)
+    return twins[0] if twins else None
+
+
 def random_twin_spectra(wildcards):
-    """The spectra of the model's random-weight twin (`{model}_random`), if configured."""
-    twin = f"{wildcards.model}_random"
-    return [f"results/transformers/{twin}/spectra.nc"] if twin in MODELS else []
+    """The spectra of the model's random-weight twin, if one is configured."""
+    twin = random_twin(wildcards.model)
+    return expand(rules.spectra.output[0], model=twin) if twin else []
 
 
 def transformer_targets():
     if not MODELS:
         return []
-    per_model = ["weights.h5", "spectra.nc", "propagation.nc", "steering.nc"]
-    fmts = config["plots"]["formats"]
-    return (
-        [f"results/transformers/{m}/{f}" for m in MODELS for f in per_model]
-        + expand("results/figures/transformers/{m}/{s}.{f}", m=MODELS, s=MODEL_FIGURES, f=fmts)
-        + expand(
-            "results/tables/transformers/{m}/{t}.csv",
-            m=MODELS,
-            t=MODEL_TABLES,
-        )
-        + expand("results/figures/transformers/{s}.{f}", s=OVERVIEW_FIGURES, f=fmts)
-        + ["results/tables/transformers/sphere.csv"]
-    )
+    per_model = [
+        *rules.extract_weights.output,
+        *rules.spectra.output,
+        *rules.propagate.output,
+        *rules.steer.output,
+        *rules.transformer_model_figures.output,
+        *rules.transformer_model_tables.output,
+    ]
+    return expand(per_model, model=MODELS) + list(rules.transformer_overview.output)
 
 
 def all_targets():
     targets = commutator_targets() + transformer_targets()
-    return targets + ["results/reproduction.md"] if targets else []
+    return targets + list(rules.reproduction.output) if targets else []

@@ -4,13 +4,11 @@
 rule reproduction:
     input:
         diagnostics=diagnostics_files(),
-        tables=expand("results/tables/commutators/{table}.csv", table=TABLES)
-        if EXPERIMENTS
-        else [],
-        spectra=expand("results/transformers/{model}/spectra.nc", model=MODELS),
-        propagation=expand("results/transformers/{model}/propagation.nc", model=MODELS),
-        steering=expand("results/transformers/{model}/steering.nc", model=MODELS),
-        sphere=["results/transformers/sphere/sphere.nc"] if MODELS else [],
+        tables=rules.commutator_tables.output.csv if EXPERIMENTS else [],
+        spectra=expand(rules.spectra.output[0], model=MODELS),
+        propagation=expand(rules.propagate.output[0], model=MODELS),
+        steering=expand(rules.steer.output[0], model=MODELS),
+        sphere=rules.sphere_dynamics.output if MODELS else [],
     output:
         report(
             "results/reproduction.md",
@@ -20,6 +18,7 @@ rule reproduction:
         ),
     params:
         models=MODELS,
+        like=canonical_json(LIKE),
     conda:
         CONDA_ENV
     log:

@@ -40,6 +40,8 @@ rule random_model:
         CONDA_ENV
     log:
         "logs/transformers/{model}/random_model.log",
+    benchmark:
+        "benchmarks/transformers/{model}/random_model.tsv"
     script:
         "../scripts/transformers/random_model.py"
 
@@ -167,6 +169,8 @@ rule transformer_model_figures:
         ),
     params:
         plots=canonical_json(config["plots"]),
+        null_name=lambda w: random_twin(w.model) or "",
+        like_of=lambda w: LIKE.get(w.model, ""),
     conda:
         CONDA_ENV
     log:
@@ -227,6 +231,7 @@ rule transformer_overview:
     params:
         plots=canonical_json(config["plots"]),
         models=MODELS,
+        like=canonical_json(LIKE),
     conda:
         CONDA_ENV
     log:

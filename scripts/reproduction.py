@@ -4,7 +4,7 @@ from specalign import io
 from specalign.commutators import contracts
 from specalign.commutators import reproduction as commutators
 from specalign.transformers import reproduction as transformers
-from specalign.workflow import run_script
+from specalign.workflow import param_json, run_script
 
 HEADER = """# Reproduction report
 
@@ -31,6 +31,7 @@ def main(smk):
                 load(smk.input.propagation),
                 load(smk.input.steering),
                 io.read_netcdf(smk.input.sphere[0]),
+                like=param_json(smk, "like"),
             )
         )
     io.write_text(smk.output[0], "\n\n".join(p.rstrip() for p in parts) + "\n")

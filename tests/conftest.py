@@ -1,12 +1,24 @@
 """Shared test settings: no network, single-threaded numerics, headless plots."""
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# huggingface_hub reads these once, at import: a closed loopback port as the hub, so that
+# nothing reaches huggingface.co (not even version 2's request for its agent registry),
+# and a fresh HF_HOME without anyone's token or cache. Hub tests name their own server.
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="specalign-hf-home-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+for _var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HF_TOKEN_PATH"):
+    os.environ.pop(_var, None)
 os.environ.setdefault("MPLBACKEND", "Agg")
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")

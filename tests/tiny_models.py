@@ -1,9 +1,12 @@
-"""Tiny random models of every supported family, built offline (a test helper).
+"""Tiny random models of every supported family, keyed by config.json ``model_type``,
+built offline (a test helper, one factory for the family tests and the hub tests).
 
-``BUILDERS`` maps each ``model_type`` of ``specalign.transformers.families.FAMILIES`` to a
-function building its tiny model (adding a family adds one entry to ``CONFIGS``); the
-other cases of ``CONFIGS`` are variants of a family with a layout of their own (OPT's
-post-LN 350m style). The configurations are chosen so that each family's traps show:
+``TINY_CONFIGS`` holds one small configuration per family adapter in
+``specalign.transformers.families.FAMILIES`` and ``BUILDERS`` a builder of each; the
+tests that serve or extract "every supported family" check these key sets against
+``FAMILIES``, so a new family adds one entry to ``CONFIGS``. The other cases of
+``CONFIGS`` are variants of a family with a layout of their own (OPT's post-LN 350m
+style). The configurations are chosen so that each family's traps show:
 
 * grouped-query attention with 1 < n_kv_heads < n_heads (with 1 or n_heads key/value
   heads the wrong h % KV head mapping gives the right F);
@@ -14,11 +17,14 @@ post-LN 350m style). The configurations are chosen so that each family's traps s
   a Gemma 2 softcap that bites, Gemma 2/3's query_pre_attn_scalar != head_dim;
 * biases, pre/post-LN, project_in/out (OPT-350m style).
 
-``build`` re-draws every norm weight and zero bias (they initialise to ones/zeros, which
-would hide a w vs 1 + w or a missing-bias mistake). ``float64_everywhere`` makes the
-instantiated modules compute in float64 end to end: stock ``transformers`` computes
-RMSNorm, rotary tables, eager softmax (and GPT-J's whole score matrix) in float32 even in
-a float64 model, which floors any comparison at about 1e-7. It changes no formula.
+``build`` (float64 head models, for the family tests) re-draws every norm weight and
+zero bias (they initialise to ones/zeros, which would hide a w vs 1 + w or a missing-bias
+mistake). ``float64_everywhere`` makes the instantiated modules compute in float64 end to
+end: stock ``transformers`` computes RMSNorm, rotary tables, eager softmax (and GPT-J's
+whole score matrix) in float32 even in a float64 model, which floors any comparison at
+about 1e-7. It changes no formula.
+``tiny_model``, ``save_tiny`` and ``save_tiny_pickled`` give the float32 base models the
+hub tests serve (weights from transformers' own initialisation under a fixed seed).
 """
 
 from __future__ import annotations
@@ -104,9 +110,11 @@ def head_class(model_type: str) -> Any:
     return transformers.AutoModelForMaskedLM
 
 
-def build(case: str, *, head: bool = True, seed: int = 0) -> Any:
-    """The tiny model of ``case`` (a key of CONFIGS) in float64, eval mode, eager
-    attention, every norm weight and zero bias re-drawn (seeded)."""
+def _instantiate(case: str, head: bool, seed: int, **dtype: Any) -> Any:
+    """The model of ``case`` as transformers initialises it under ``seed``, in the
+    default dtype unless ``dtype=`` says otherwise (left to the default, a model built
+    inside :func:`float64_everywhere` is float64 from the start: buffers such as Gemma's
+    embedding scale are then exact)."""
     import transformers
 
     config = dict(CONFIGS[case])
@@ -114,7 +122,13 @@ def build(case: str, *, head: bool = True, seed: int = 0) -> Any:
     cfg = transformers.AutoConfig.for_model(model_type, **config)
     torch.manual_seed(seed)
     cls = head_class(model_type) if head else transformers.AutoModel
-    model = cls.from_config(cfg, attn_implementation="eager").to(torch.float64).eval()
+    return cls.from_config(cfg, attn_implementation="eager", **dtype).eval()
+
+
+def build(case: str, *, head: bool = True, seed: int = 0) -> Any:
+    """The tiny model of ``case`` (a key of CONFIGS) in float64, eval mode, eager
+    attention, every norm weight and zero bias re-drawn (seeded)."""
+    model = _instantiate(case, head, seed).to(torch.float64)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -131,12 +145,42 @@ def save(case: str, folder: Path, **kwargs: Any) -> tuple[Any, Path]:
     return model, folder
 
 
-#: model_type -> builder of its tiny model (the case named after the model_type).
-BUILDERS: dict[str, Callable[..., Any]] = {
-    case: functools.partial(build, case)
+#: model_type -> its tiny configuration (the case named after the model_type), without
+#: the ``model_type`` key, as ``AutoConfig.for_model(model_type, **config)`` takes it.
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    case: {k: v for k, v in cfg.items() if k != "model_type"}
     for case, cfg in CONFIGS.items()
     if case == cfg["model_type"]
 }
+
+#: model_type -> builder of its tiny float64 model.
+BUILDERS: dict[str, Callable[..., Any]] = {
+    model_type: functools.partial(build, model_type) for model_type in TINY_CONFIGS
+}
+
+
+def tiny_model(model_type: str, seed: int) -> Any:
+    """A float32 base model (``AutoModel``) of ``model_type``, as initialised under
+    ``seed``: what the hub tests serve."""
+    return _instantiate(model_type, head=False, seed=seed, dtype=torch.float32)
+
+
+def save_tiny(model_type: str, folder: str | Path, seed: int, **save_kwargs: Any) -> Path:
+    """Save a tiny model as ``save_pretrained`` does (safetensors; ``max_shard_size``
+    in ``save_kwargs`` shards it)."""
+    tiny_model(model_type, seed).save_pretrained(str(folder), **save_kwargs)
+    return Path(folder)
+
+
+def save_tiny_pickled(model_type: str, folder: str | Path, seed: int) -> Path:
+    """config.json and a pickled ``pytorch_model.bin`` only, as transformers 4.x saved
+    checkpoints (5.x writes safetensors only)."""
+    model = tiny_model(model_type, seed)
+    folder = Path(folder)
+    model.config.save_pretrained(str(folder))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    torch.save(state, folder / "pytorch_model.bin")
+    return folder
 
 
 @contextlib.contextmanager

@@ -1,9 +1,25 @@
 """Token propagation through the simplified and the real model, with null levels."""
 
+import numpy as np
+
 from specalign.io import write_netcdf
 from specalign.runtime import torch_device
 from specalign.transformers import contracts, propagate
 from specalign.workflow import LogProgress, log, param_json, run_script
+
+
+def nonfinite_hint(states, model_dir):
+    """Where the token states first stop being finite, for the error message when every
+    metric is NaN."""
+    for mode, s in states.items():
+        for t in range(s.shape[0]):
+            if not np.isfinite(s[t]).all():
+                where = "the embedding output" if t == 0 else f"layer {t}"
+                return (
+                    f"the {mode} token states are not finite from {where} on; fix: check "
+                    f"the embeddings and weights of {model_dir} for NaN or inf"
+                )
+    return f"every token state is finite: check the weights of {model_dir}"
 
 
 def main(smk):
@@ -12,7 +28,16 @@ def main(smk):
     model_dir = contracts.read_manifest(smk.input.manifest)["path"]
     device = torch_device(smk.resources.get("gpu", 0))
     ids = propagate.prompt_ids(model_dir, settings["prompts"])
+    asked = int(settings["prompts"]["n_prompts"])
     log.info("%d prompts of %d tokens on %s", *ids.shape, device)
+    if ids.shape[0] < asked:
+        log.warning(
+            "only %d of the %d prompts asked for (transformers.prompts.n_prompts) are usable "
+            "(text lines with at least n_tokens = %d tokens)",
+            ids.shape[0],
+            asked,
+            ids.shape[1],
+        )
     states = propagate.propagation_states(
         mw,
         model_dir,
@@ -27,8 +52,15 @@ def main(smk):
     ds = propagate.propagation_dataset(
         mw, states, settings["propagation"], seed=int(settings["prompts"]["seed"])
     )
-    ds.attrs.update(model=smk.wildcards.model, eta=float(settings["eta"]))
-    write_netcdf(smk.output[0], ds)
+    ds.attrs.update(
+        model=smk.wildcards.model,
+        eta=float(settings["eta"]),
+        prompts_requested=asked,
+        prompts_used=int(ids.shape[0]),
+    )
+    write_netcdf(
+        smk.output[0], ds, headline=("gamma", "psi", "rho"), hint=nonfinite_hint(states, model_dir)
+    )
 
 
 run_script(snakemake, main)  # noqa: F821

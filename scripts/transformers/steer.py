@@ -32,8 +32,19 @@ def main(smk):
             ds["residual"].values[i],
             ds["c"].values,
         )
-    ds.attrs.update(model=smk.wildcards.model)
-    write_netcdf(smk.output[0], ds)
+    if ds.attrs["target_warning"]:
+        log.warning("%s (steering table column target_warning)", ds.attrs["target_warning"])
+    ds.attrs.update(
+        model=smk.wildcards.model,
+        prompts_requested=int(settings["prompts"]["n_prompts"]),
+        prompts_used=int(ids.shape[0]),
+    )
+    write_netcdf(
+        smk.output[0],
+        ds,
+        headline=("gamma_u",),
+        hint=f"the steered token states are not finite: check {model_dir} for NaN or inf",
+    )
 
 
 run_script(snakemake, main)  # noqa: F821

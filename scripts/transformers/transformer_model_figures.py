@@ -21,6 +21,8 @@ def main(smk):
         prop=io.read_netcdf(smk.input.propagation),
         steer=io.read_netcdf(smk.input.steering),
         null_spectra=null,
+        null_name=smk.params.null_name or None,
+        like_of=smk.params.like_of or None,
     )
     outdir = Path(smk.output[0]).parent
     for stem in figures.MODEL_FIGURES:

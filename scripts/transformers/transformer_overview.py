@@ -17,9 +17,10 @@ def main(smk):
         m: io.read_netcdf(p) for m, p in zip(smk.params.models, smk.input.spectra, strict=True)
     }
     sphere = io.read_netcdf(smk.input.sphere)
+    like = param_json(smk, "like")  # random model -> the model its like: names
     outdir = Path(smk.output.figures[0]).parent
     for stem, make in figures.OVERVIEW_FIGURES.items():
-        made = make(spectra, sphere)
+        made = make(spectra, sphere, like)
         if made is None:
             made = figures.unavailable_figure(stem, "no model spectra in this run")
         fig, caption = made

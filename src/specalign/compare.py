@@ -1,10 +1,11 @@
-"""Exact comparison of HDF5 and netCDF results (determinism and resume checks).
+"""Exact comparison of results: HDF5, netCDF and tables (determinism and resume checks).
 
 Two runs of the same configuration on the CPU with the same thread count must give
 bit-identical data; this module says where they do not, in readable lines::
 
     python -m specalign.compare RUN_A/results RUN_B/results     # exit 1 on differences
     python -m specalign.compare a/trajectories.h5 b/trajectories.h5
+    python -m specalign.compare a/table1.csv b/table1.csv
 
 What is compared
 ----------------
@@ -17,6 +18,8 @@ What is compared
   The bookkeeping that netCDF-4 keeps in HDF5 attributes (``_NCProperties``,
   ``DIMENSION_LIST``, ``_Netcdf4Dimid``, ...) is not compared: h5netcdf hides it, and
   its dimension references are addresses inside one file, not data.
+* **tables and text** (:func:`compare_text`: ``.csv``, ``.md``, ``.txt``): byte for byte;
+  a difference line names the first differing line (1-based) with both versions.
 
 Values are compared **bitwise**: two elements are equal when their bytes are equal.
 A NaN therefore equals the same NaN (as it must for a determinism check, unlike IEEE
@@ -48,6 +51,7 @@ __all__ = [
     "compare_files",
     "compare_h5",
     "compare_netcdf",
+    "compare_text",
     "compare_trees",
     "main",
 ]
@@ -55,9 +59,10 @@ __all__ = [
 #: Attribute names that legitimately differ between two runs (none in this workflow).
 VOLATILE_ATTRS: frozenset[str] = frozenset()
 
-DEFAULT_PATTERNS: tuple[str, ...] = ("**/*.h5", "**/*.nc")
+DEFAULT_PATTERNS: tuple[str, ...] = ("**/*.h5", "**/*.nc", "**/*.csv", "**/*.md")
 
 _NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf")
+_TEXT_SUFFIXES = (".csv", ".md", ".txt", ".tsv", ".json")
 
 
 # --------------------------------------------------------------------------------------
@@ -318,12 +323,34 @@ def _compare_nc_group(ga: Any, gb: Any, where: str, ignore: frozenset[str]) -> l
 # --------------------------------------------------------------------------------------
 
 
+def compare_text(a: str | Path, b: str | Path) -> list[str]:
+    """Compare two text files (tables) byte for byte; one line naming the first
+    differing line, or the file that cannot be read."""
+    try:
+        ba, bb = Path(a).read_bytes(), Path(b).read_bytes()
+    except OSError as exc:
+        return [f"cannot read ({exc})"]
+    if ba == bb:
+        return []
+    la, lb = ba.splitlines(), bb.splitlines()
+    for i, (x, y) in enumerate(zip(la, lb, strict=False)):
+        if x != y:
+            return [f"line {i + 1} differs: {_fmt(x)} vs {_fmt(y)}"]
+    if len(la) != len(lb):
+        return [f"{len(la)} vs {len(lb)} lines"]
+    return ["bytes differ (line endings or trailing newline)"]
+
+
 def compare_files(
     a: str | Path, b: str | Path, *, ignore_attrs: Iterable[str] = VOLATILE_ATTRS
 ) -> list[str]:
-    """Compare two files, as netCDF when the first one's suffix says so, else as HDF5."""
-    if Path(a).suffix.lower() in _NETCDF_SUFFIXES:
+    """Compare two files by the first one's suffix: netCDF, tables and text (byte for
+    byte), else HDF5."""
+    suffix = Path(a).suffix.lower()
+    if suffix in _NETCDF_SUFFIXES:
         return compare_netcdf(a, b, ignore_attrs=ignore_attrs)
+    if suffix in _TEXT_SUFFIXES:
+        return compare_text(a, b)
     return compare_h5(a, b, ignore_attrs=ignore_attrs)
 
 
@@ -369,8 +396,8 @@ def compare_trees(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m specalign.compare",
-        description="Compare the HDF5 and netCDF files of two result folders (or two files) "
-        "bitwise; exit status 1 when they differ.",
+        description="Compare the HDF5 and netCDF files (bitwise) and the tables (byte for "
+        "byte) of two result folders, or two files; exit status 1 when they differ.",
     )
     parser.add_argument("a", help="first folder or file")
     parser.add_argument("b", help="second folder or file")

@@ -3,8 +3,11 @@
 The JSON schema in ``config/schema.yaml`` is the single source of truth for keys, types,
 ranges, descriptions and defaults. ``validate_config`` checks a config against it (so a
 bad config fails before any job runs, with a message naming the key), fills in the
-defaults and applies the few checks a schema cannot express. ``experiment_config``
-resolves one experiment: global training settings overlaid with its own overrides.
+defaults and applies the few checks a schema cannot express, including those that need
+a model's config.json where it is already on disk (prompt length against the model's
+positions, a token id against its vocabulary). ``experiment_config`` resolves one
+experiment: global training settings overlaid with its own overrides; ``random_likes``
+says which random model is the null of which model.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from typing import Any
 import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+#: Seeds are stored as int64 (``seeds`` in trajectories.h5, attributes).
+MAX_SEED = 2**63 - 1
+#: The sphere dynamics square eta * lambda (the norm of x + eta F x, the supplement's
+#: radial values): beyond sqrt(float64 max) ~ 1.3e154 they overflow. Kept well below.
+MAX_SPHERE_STEP = 1e150
 
 
 class ConfigError(ValueError):
@@ -135,6 +143,12 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
                 )
         if not exp["training"]["risk_levels"] and not exp["training"]["times"]:
             problems.append(f"{key}.training: no checkpoint: risk_levels and times are both empty")
+        last_seed = exp["seed_start"] + exp["seeds"] - 1
+        if last_seed > MAX_SEED:
+            problems.append(
+                f"{key}.seed_start: the last seed seed_start + seeds - 1 = {last_seed} does "
+                f"not fit the int64 the seeds are stored as (at most {MAX_SEED})"
+            )
         rescale = exp["rescale"]
         if rescale["c"] != 1.0 and rescale["layer"] + 1 > exp["hidden"]:
             problems.append(
@@ -166,6 +180,10 @@ _MODEL_FIELD = {"hub": "id", "local": "path", "package": "package"}
 _RANDOM_FROM = ("like", "config_file", "config")
 
 
+#: A model named ``<m><suffix>`` reads as the random twin of ``<m>``.
+_TWIN_SUFFIXES = ("_random", "-random", ".random")
+
+
 def _check_models(cfg: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     tcfg = cfg.get("transformers", {})
@@ -194,6 +212,14 @@ def _check_models(cfg: Mapping[str, Any]) -> list[str]:
                     f"{key}.like: {spec['like']!r} is itself a random model copying "
                     f"{like['like']!r}; copy that one"
                 )
+            named = _named_twin_of(name, models)
+            if named is not None and named != spec["like"]:
+                problems.append(
+                    f"{key}.like: {spec['like']!r}, but the name {name!r} reads as the random "
+                    f"twin of {named!r}; the null of a model is the random model whose like: "
+                    f"names it, so {named!r} would have none and {spec['like']!r} this one; "
+                    f"fix: set like: {named}, or rename the model"
+                )
     prompts = tcfg.get("prompts", {})
     if prompts.get("kind") == "text" and not prompts.get("text_file"):
         problems.append("transformers.prompts.text_file: required for kind 'text'")
@@ -205,7 +231,41 @@ def _check_models(cfg: Mapping[str, Any]) -> list[str]:
             f"transformers.sphere.eigenvalues: needs d = {sphere.get('d')} values, "
             f"got {len(sphere.get('eigenvalues', []))}"
         )
+    if sphere:
+        step = sphere["eta"] * max((abs(v) for v in sphere.get("eigenvalues", [])), default=1.0)
+        if not step <= MAX_SPHERE_STEP:
+            problems.append(
+                f"transformers.sphere.eta: {sphere['eta']:g} times the largest |eigenvalue| is "
+                f"{step:g}; above {MAX_SPHERE_STEP:g} the dynamics overflow float64 (they "
+                "square eta * lambda); fix: a smaller eta"
+            )
+    from specalign.transformers.limits import model_config_problems
+
+    problems += model_config_problems(tcfg)
     return problems
+
+
+def _named_twin_of(name: str, models: Mapping[str, Any]) -> str | None:
+    """The configured model whose random twin ``name`` reads as (``<m>_random``), or None."""
+    for suffix in _TWIN_SUFFIXES:
+        base = name[: -len(suffix)]
+        if name.endswith(suffix) and base in models:
+            return base
+    return None
+
+
+def random_likes(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """``{random model: the model its like: names}`` of a validated config.
+
+    The null of a model ``m`` (its random-weight twin) is the random model whose ``like:``
+    names ``m``: derived from this, never guessed from the names. A random model built
+    from a configuration (``config:``, ``config_file:``) copies no configured model: it is
+    not a twin, and stands for the checkpoint whose configuration it has.
+    """
+    models = cfg.get("transformers", {}).get("models", {})
+    return {
+        n: s["like"] for n, s in sorted(models.items()) if s["source"] == "random" and s["like"]
+    }
 
 
 def experiment_config(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -3,8 +3,11 @@
 Every writer produces its file under a temporary name in the destination folder and
 renames it into place only after the file is complete and closed, so an interrupted
 job never leaves a file that looks finished (a rename within one filesystem is atomic
-on POSIX). Every reader turns a missing, truncated or corrupt file into an
-``InputFileError`` that names the file.
+on POSIX). A job whose Snakemake process is gone publishes nothing
+(:func:`specalign.runtime.check_snakemake_alive`), and a published file gets the mode
+the umask gives any new file (the temporary file is private while it is written). Every
+reader turns a missing, truncated or corrupt file into an ``InputFileError`` that names
+the file.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from specalign.runtime import check_snakemake_alive, pinned_threads
 
 
 class InputFileError(RuntimeError):
@@ -29,7 +34,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it to ``path`` on success.
 
     On any exception the temporary file is removed and ``path`` is left untouched
-    (it is neither created nor truncated).
+    (it is neither created nor truncated); so it is when the job's Snakemake process is
+    gone (``OrphanedJobError``). mkstemp creates the temporary file 0600; before the
+    rename it gets the mode the umask gives a new file, so that collaborators read
+    published results as they read any other file of the user's.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -38,11 +46,42 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.is_file():  # a writer may also have replaced it by a folder or nothing
+            os.chmod(tmp_path, new_file_mode())
+        check_snakemake_alive(final)
         os.replace(tmp_path, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def umask() -> int:
+    """The process umask, read without changing it where Linux reports it (changing it
+    to read it back is not thread-safe)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(folder: bool = False) -> int:
+    """The permission bits the umask gives a new file (0666 & ~umask) or folder (0777)."""
+    return (0o777 if folder else 0o666) & ~umask()
+
+
+def provenance_attrs() -> dict[str, Any]:
+    """Root attributes every numerical output records: ``threads``, the job's effective
+    BLAS/torch thread count (``min(threads, --cores)``; results are bit-identical only
+    between equal counts). Empty outside a pinned job."""
+    threads = pinned_threads()
+    return {} if threads is None else {"threads": int(threads)}
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -93,7 +132,7 @@ def write_h5(
                     f.create_dataset(name, data=arr, **checksummed(arr))
                 for key, val in (dataset_attrs or {}).get(name, {}).items():
                     f[name].attrs[key] = _attr_value(val)
-            for key, val in (attrs or {}).items():
+            for key, val in {**provenance_attrs(), **(attrs or {})}.items():
                 f.attrs[key] = _attr_value(val)
 
 
@@ -151,14 +190,35 @@ def _decode_attr(val: Any) -> Any:
     return val
 
 
-def write_netcdf(path: str | os.PathLike[str], ds: Any) -> None:
+class EmptyResultError(RuntimeError):
+    """Every headline output of a step is NaN: written, it would pass for a result."""
+
+
+def write_netcdf(
+    path: str | os.PathLike[str], ds: Any, headline: Iterable[str] = (), hint: str = ""
+) -> None:
     """Write an ``xarray.Dataset`` with the h5netcdf engine, atomically, with a Fletcher-32
-    checksum on every numeric array (see :func:`checksummed`)."""
+    checksum on every numeric array (see :func:`checksummed`).
+
+    ``headline`` names the variables the step exists to compute; when every one of them
+    is NaN (or inf) everywhere, nothing is written and ``EmptyResultError`` names the
+    file, the variables and ``hint`` (the likely cause).
+    """
+    headline = list(headline)
+    if headline and not any(np.isfinite(np.asarray(ds[v].values)).any() for v in headline):
+        raise EmptyResultError(
+            f"{path}: {', '.join(headline)} are NaN everywhere, so it would hold no result; "
+            "not written" + (f": {hint}" if hint else "")
+        )
     encoding = {
         name: {"fletcher32": True}
         for name, var in {**ds.data_vars, **ds.coords}.items()
         if var.ndim > 0 and var.size > 0 and var.dtype.kind in "biuf"
     }
+    extra = provenance_attrs()
+    if extra:
+        ds = ds.copy(deep=False)
+        ds.attrs = {**extra, **ds.attrs}
     with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
 

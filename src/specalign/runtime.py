@@ -1,4 +1,5 @@
-"""Process-level runtime settings shared by every script: threads and devices.
+"""Process-level runtime settings shared by every script: threads, devices, and the
+Snakemake process a job belongs to.
 
 On small machines an eigen-decomposition or a 32x32 matmul run with more BLAS/OpenMP
 threads than cores is many times slower than single-threaded, and the number of threads
@@ -9,7 +10,12 @@ before it does any numerical work.
 
 from __future__ import annotations
 
+import _thread
 import os
+import signal
+import threading
+import time
+from typing import Any
 
 _THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -19,6 +25,7 @@ _THREAD_VARS = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
+_PINNED: list[int | None] = [None]  # what pin_threads last set
 
 
 def pin_threads(n: int) -> int:
@@ -48,6 +55,7 @@ def pin_threads(n: int) -> int:
                 pass
     except ImportError:  # pragma: no cover
         pass
+    _PINNED[0] = n
     return n
 
 
@@ -84,3 +92,103 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # musl or another libc: nothing to trim
         pass
+
+
+def pinned_threads() -> int | None:
+    """The thread count the last :func:`pin_threads` set in this process (None: never
+    pinned). Outputs record it: results are bit-identical only between equal counts."""
+    return _PINNED[0]
+
+
+# --------------------------------------------------------------------------- orphans
+
+
+class OrphanedJobError(BaseException):
+    """The Snakemake process that started this job is gone; its output is not published.
+
+    A BaseException (like SystemExit): it ends the job, and no ``except Exception`` on
+    the way may turn it into an ordinary error or swallow it.
+    """
+
+
+#: (pid, start time, command) of the Snakemake processes this job descends from.
+_WATCHED: list[tuple[int, float, str]] = []
+_GONE: list[str] = []
+
+
+def _is_snakemake(cmdline: list[str]) -> bool:
+    """``snakemake ...``, ``python .../bin/snakemake ...`` or ``python -m snakemake ...``."""
+    return any(os.path.basename(arg) == "snakemake" for arg in cmdline[:3])
+
+
+def watch_snakemake(stop: bool = True, interval: float = 0.5) -> list[int]:
+    """Remember the Snakemake processes this job descends from and watch them.
+
+    A local Snakemake runs each script job as its own child. Killed alone (SIGKILL of its
+    PID, the OOM killer), it leaves the job running, reparented to init; the job would
+    finish minutes later and rename its output into the final path, over whatever a rerun
+    has written there meanwhile. From the call on, :func:`check_snakemake_alive` raises
+    once any of those processes is gone (it is called before every atomic rename,
+    :func:`specalign.io.atomic_path`). With ``stop`` (called from the main thread), a
+    daemon thread also raises ``OrphanedJobError`` in the main thread within ``interval``
+    seconds of the loss, so the job ends instead of computing for nothing. (SIGINT cannot
+    carry it: jobs started in the background ignore SIGINT, and Python then cannot raise
+    KeyboardInterrupt; a private handler on SIGUSR1 does, through ``interrupt_main``.)
+    Processes are identified by PID and start time, so a reused PID does not count as
+    alive. Returns the PIDs watched (none outside Snakemake, or without psutil).
+    """
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency of snakemake
+        return []
+    _WATCHED.clear()
+    for proc in psutil.Process().parents():
+        try:
+            cmd = proc.cmdline()
+            if _is_snakemake(cmd):
+                _WATCHED.append((proc.pid, proc.create_time(), " ".join(cmd[:3])))
+        except psutil.Error:
+            continue
+    if _WATCHED and stop:
+        signal.signal(signal.SIGUSR1, _raise_if_orphaned)
+        threading.Thread(target=_watch, args=(interval,), daemon=True).start()
+    return [pid for pid, _, _ in _WATCHED]
+
+
+def snakemake_gone() -> str | None:
+    """Why this job is orphaned (a watched Snakemake process is gone), or None."""
+    if _GONE:
+        return _GONE[0]
+    if not _WATCHED:
+        return None
+    import psutil
+
+    for pid, started, cmd in _WATCHED:
+        try:
+            proc = psutil.Process(pid)
+            alive = proc.create_time() == started and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        if not alive:
+            _GONE.append(f"the Snakemake process that started this job ({pid}: {cmd}) is gone")
+            return _GONE[0]
+    return None
+
+
+def check_snakemake_alive(what: object) -> None:
+    """Raise OrphanedJobError instead of publishing ``what`` when this job is orphaned."""
+    gone = snakemake_gone()
+    if gone:
+        raise OrphanedJobError(f"{gone}: {what} is not published; rerun after `snakemake --unlock`")
+
+
+def _raise_if_orphaned(signum: int, frame: Any) -> None:
+    gone = snakemake_gone()
+    if gone:  # a SIGUSR1 from elsewhere while Snakemake lives changes nothing
+        raise OrphanedJobError(f"{gone}: job stopped, nothing published")
+
+
+def _watch(interval: float) -> None:
+    while not snakemake_gone():
+        time.sleep(interval)
+    _thread.interrupt_main(signal.SIGUSR1)

@@ -2,8 +2,10 @@
 
 ``run_script(snakemake, main)`` gives every script the same behaviour: the log file of
 the rule receives Python logging and any traceback, thread pools are pinned to the
-job's ``threads`` before numerical libraries do any work, and an exception fails the job
-with its message in the log (Snakemake then deletes the job's incomplete outputs).
+job's ``threads`` before numerical libraries do any work, an exception fails the job
+with its message in the log (Snakemake then deletes the job's incomplete outputs), and
+a job whose Snakemake process is gone stops without publishing anything
+(:func:`specalign.runtime.watch_snakemake`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specalign.runtime import pin_threads
+from specalign.runtime import pin_threads, snakemake_gone, watch_snakemake
 
 log = logging.getLogger("specalign")
 
@@ -67,11 +69,23 @@ def run_script(smk: Any, main: Callable[[Any], None]) -> None:
         sys.stderr = _Tee(sys.__stderr__, open(logfile, "a", buffering=1))  # noqa: SIM115
     threads = pin_threads(getattr(smk, "threads", 1) or 1)
     log.info("rule %s: %d thread(s)", getattr(smk, "rule", "?"), threads)
+    # Orphaned (its Snakemake killed alone), the job must not go on to publish: the
+    # watchdog stops the main thread, atomic writes refuse to rename.
+    watch_snakemake()
     start = time.perf_counter()
     try:
         main(smk)
-    except Exception:
-        log.exception("rule %s failed", getattr(smk, "rule", "?"))
+    except BaseException as exc:
+        gone = snakemake_gone()
+        if gone:
+            log.error(
+                "rule %s stopped without publishing its outputs: %s",
+                getattr(smk, "rule", "?"),
+                gone,
+            )
+            raise SystemExit(1) from None
+        if isinstance(exc, Exception):
+            log.exception("rule %s failed", getattr(smk, "rule", "?"))
         raise
     log.info("rule %s done in %.2f s", getattr(smk, "rule", "?"), time.perf_counter() - start)
 

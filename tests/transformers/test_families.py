@@ -454,3 +454,36 @@ def test_random_prompts_avoid_the_config_special_ids(tmp_path: Path) -> None:
     cfg = {"kind": "random", "n_prompts": 50, "n_tokens": 10, "seed": 0}
     ids = set(np.unique(prop.prompt_ids(tmp_path, cfg)).tolist())
     assert ids and not ids & {0, 1, 2, 3} and ids <= set(range(4, 16))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_position_limit_is_the_model_s(cases: dict, name: str) -> None:
+    """``max_positions`` (what the config check holds ``n_tokens`` to, read through the
+    family's configuration class) is a length the model runs; with learned positions one
+    token more fails, so the limit is exact (RoBERTa's starts past its padding id: 62 of
+    64 positions). The config check names n_tokens past it, from an inline config too."""
+    from specalign.transformers.limits import model_problems
+
+    case = cases[name]
+    adapter = family(case.model_type)(CONFIGS[name])
+    limit = adapter.max_positions
+    assert limit == (62 if case.model_type == "roberta" else 64)
+    cfg = case.model.config
+    special = [i for i in (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id) if i is not None]
+
+    def run(n: int) -> None:
+        ids = prop.random_prompts(cfg.vocab_size, 1, n, seed=0, special_ids_to_avoid=special)
+        with torch.no_grad():
+            case.base(input_ids=torch.as_tensor(ids))
+
+    run(limit)
+    if adapter.rotary() is None:  # rotary positions have no table to run out of
+        with pytest.raises((IndexError, RuntimeError, ValueError)):
+            run(limit + 1)
+    tcfg = {"prompts": {"n_tokens": limit}, "steering": {}}
+    assert model_problems(tcfg, name, CONFIGS[name]) == []
+    tcfg["prompts"]["n_tokens"] = limit + 1
+    (problem,) = model_problems(tcfg, name, CONFIGS[name])
+    assert (
+        problem.startswith("transformers.prompts.n_tokens:") and f"has {limit} positions" in problem
+    )

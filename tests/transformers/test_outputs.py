@@ -69,14 +69,17 @@ def _propagation(mw: ModelWeights, prolonged: int | None = None, seed: int = 1) 
 
 
 def _steering(mw: ModelWeights, monkeypatch: pytest.MonkeyPatch) -> xr.Dataset:
-    """The real ``steering_dataset`` with the model folder's three reads replaced."""
+    """The real ``steering_dataset`` with the model folder's reads replaced (a BERT-family
+    ``mw``: no causal LM is loaded)."""
     rng = np.random.default_rng(5)
     X0 = rng.standard_normal((3, 4, D))
     u = rng.standard_normal(D)
     # *args: the producer's call signatures may grow optional arguments
-    monkeypatch.setattr(steer, "target_token", lambda *a, **k: 7)
+    target = steer.SteeringTarget(7, ("x",), "")
+    monkeypatch.setattr(steer, "steering_target", lambda *a, **k: target)
     monkeypatch.setattr(steer, "input_embedding", lambda *a, **k: u)
-    monkeypatch.setattr(prop, "real_forward_hidden_states", lambda *a, **k: X0[None])
+    monkeypatch.setattr(prop, "load_base_model", lambda *a, **k: None)
+    monkeypatch.setattr(prop, "model_hidden_states", lambda *a, **k: X0[None])
     cfg = {"target_text": "the", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
     ids = np.zeros((3, 4), dtype=int)
     return steer.steering_dataset(mw, "unused", ids, ETA, cfg, seed=0, null_draws=4)
@@ -175,7 +178,7 @@ def test_cross_model_and_sphere_figures(data, tmp_path):
     sp = data["spectra"]
     cap = _save(ptf.spectrum_overview_figure(sp), tmp_path, "overview")
     assert "Fig. 7" in cap and "tiny_random" in cap
-    fig, cap = ptf.spectrum_overview_figure(sp)
+    fig, cap = ptf.spectrum_overview_figure(sp, like={"tiny_random": "tiny"})
     assert sum(ax.has_data() for ax in fig.axes) == 2  # the twin shares tiny's panel
     cap = _save(ptf.eigvec_continuity_figure(sp), tmp_path, "continuity")
     assert "OUR reading of paper Fig. 9" in cap
@@ -187,6 +190,43 @@ def test_cross_model_and_sphere_figures(data, tmp_path):
     assert "Fig. 13" in cap and "0.500" in cap  # E|<x, r>| = 1/2 exactly for d = 3
     cap = _save(ptf.sphere_figure14(sphere), tmp_path, "fig14")
     assert "Fig. 14" in cap and "returns" in cap and "escapes" in cap
+
+
+def test_random_twin_is_the_random_model_whose_like_names_it(data):
+    """Issue 10, item 1: the null of a model is the random model whose like: names it,
+    never the one whose name looks like it. Here tiny_random copies albert_tiny."""
+    sp, pr = data["spectra"], data["prop"]
+    like = {"tiny_random": "albert_tiny"}
+    fig, cap = ptf.spectrum_overview_figure(sp, like=like)
+    titles = {ax.get_title(): ax for ax in fig.axes if ax.has_data()}
+    # each panel names its model's family (both of the paper's here)
+    assert set(titles) == {"tiny (bert)", "albert_tiny (albert)"}
+    panels = {title.split(" (")[0]: ax for title, ax in titles.items()}
+    assert set(panels) == {"tiny", "albert_tiny"}  # tiny_random sits in albert_tiny's panel
+    assert "tiny_random" in [t.get_text() for t in panels["albert_tiny"].get_legend().texts]
+    assert "tiny_random" not in [t.get_text() for t in panels["tiny"].get_legend().texts]
+
+    def rows(md: str, model: str) -> list[str]:
+        """The table rows of ``model`` in the sections of claims (1)-(3), which name the
+        random twin of every model."""
+        body = md[md.index("## (1)") : md.index("## (4)")]
+        return [ln for ln in body.splitlines() if ln.startswith(f"| {model} ")]
+
+    md = tr.reproduction_markdown(sp, pr, {}, None, like=like)
+    assert rows(md, "tiny")
+    assert all("none (no random model has like: tiny)" in ln for ln in rows(md, "tiny"))
+    assert all("| tiny_random " in ln for ln in rows(md, "albert_tiny"))
+    assert all("(random, like albert_tiny)" in ln for ln in rows(md, "tiny_random"))
+    assert not any(ln.startswith("- tiny,") and "tiny_random" in ln for ln in md.splitlines())
+    # with like naming tiny, tiny's rows name its twin; albert_tiny then has none
+    md = tr.reproduction_markdown(sp, pr, {}, None, like={"tiny_random": "tiny"})
+    assert all("| tiny_random " in ln for ln in rows(md, "tiny"))
+    none = "none (no random model has like: albert_tiny)"
+    assert rows(md, "albert_tiny") and all(none in ln for ln in rows(md, "albert_tiny"))
+    fig, cap = ptf.eigenvalue_figure(sp["tiny"], "tiny")
+    assert "No random model has like: tiny" in cap
+    fig, cap = ptf.eigenvalue_figure(sp["tiny"], "tiny", sp["tiny_random"], "tiny_random")
+    assert "random-weight twin tiny_random (like: tiny)" in cap
 
 
 def test_random_unit_overlap_is_the_sqrt_2_over_pi_d_null():

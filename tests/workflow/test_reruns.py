@@ -115,6 +115,31 @@ def test_module_edit_reruns_the_rules_that_reach_it(copied, finished_run, module
     assert set(jobs) == expected, jobs
 
 
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        # a script: Snakemake 9 reruns a script rule whose script file is newer than its
+        # outputs (the script's mtime, not its content), and everything downstream
+        ("scripts/commutators/prepare_data.py", {"prepare_data"} | TRAIN),
+        ("scripts/commutators/commutator_figure.py", {"commutator_figure"}),
+        # a module: its content is fingerprinted, its mtime is not looked at
+        ("src/specalign/commutators/recursion.py", set()),
+    ],
+)
+def test_touching_a_file_without_changing_it(copied, finished_run, path, expected):
+    """What the README says about touching (or checking out) a file unchanged."""
+    code, env, root = copied
+    work = _fresh_workdir(finished_run, root, "touch_" + path.replace("/", "_"))
+    target = code / path
+    st = target.stat()
+    os.utime(target)  # now: newer than every output
+    try:
+        jobs = planned_jobs(code, work, env=env)
+    finally:
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert set(jobs) == expected, jobs
+
+
 def test_plot_setting_reruns_only_figures(copied, finished_run):
     code, env, root = copied
     work = _fresh_workdir(finished_run, root, "plots")

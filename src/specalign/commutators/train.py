@@ -45,6 +45,7 @@ import torch
 from specalign.commutators.contracts import seeds_of, widths_of
 
 __all__ = [
+    "DIVERGENCE_FACTOR",
     "TrainResult",
     "checkpoint_label",
     "he_init",
@@ -57,6 +58,14 @@ __all__ = [
 ]
 
 DTYPE = torch.float64
+
+#: A seed has diverged once its risk exceeds this multiple of its initial risk R(0), or
+#: is no longer finite. A blow-up can end in a collapse instead of an overflow: the
+#: weights grow until every ReLU of a layer is off, the network is then constant and
+#: its risk stays finite (seen: R = 1e53 R(0), then a constant 0.3 R(0) at lr = 10, and
+#: after R = 4e115 R(0) at lr = 0.5). Stable gradient descent can overshoot R(0) by a
+#: small factor early on (2.8 seen), never by orders of magnitude.
+DIVERGENCE_FACTOR = 1e6
 
 
 # --------------------------------------------------------------------------------------
@@ -155,8 +164,8 @@ class TrainResult:
     ----------
     risk
         ``(S, n_iter + 1)``; ``risk[s, i] = R(W_i)`` with ``W_i`` the weights after ``i``
-        steps. At ``diverged_at[s]`` it holds the non-finite value met (inf or NaN) and it is
-        NaN afterwards.
+        steps. At ``diverged_at[s]`` it holds the value that marked the divergence (above
+        ``DIVERGENCE_FACTOR * R(0)``, inf or NaN) and it is NaN afterwards.
     checkpoint_labels
         ``C`` labels: first the risk levels (``"r<=1e-3"``) in the order given, then the
         times (``"t=100"``).
@@ -167,7 +176,7 @@ class TrainResult:
         One array per layer, ``(S, C, m_{l+1}, m_l)``, NaN where not reached.
     final_weights
         One array per layer, ``(S, m_{l+1}, m_l)``: the weights after ``n_iter`` steps, or,
-        for a diverged seed, the (non-finite-risk) weights at ``diverged_at``.
+        for a diverged seed, the weights at ``diverged_at``.
     diverged, diverged_at
         ``(S,)`` bool and int64 (``-1`` when the seed did not diverge).
     """
@@ -356,9 +365,11 @@ class _Checkpoints:
 class _Divergence:
     """Which seeds diverged, when, and their weights at that iteration.
 
-    A diverged seed's working copy is set to zero, which makes its gradient exactly zero,
-    so it costs no NaN arithmetic and cannot disturb the other seeds (every batched
-    matmul is independent per seed).
+    A seed diverges at the first iteration whose risk is not finite or exceeds
+    ``DIVERGENCE_FACTOR * R(0)`` (a blow-up caught before it can end in a dead, constant
+    network that would otherwise pass for converged). A diverged seed's working copy is
+    set to zero, which makes its gradient exactly zero, so it costs no NaN arithmetic and
+    cannot disturb the other seeds (every batched matmul is independent per seed).
     """
 
     def __init__(self, Ws: list[torch.Tensor]) -> None:
@@ -367,6 +378,7 @@ class _Divergence:
         self.at = torch.full((S,), -1, dtype=torch.int64, device=dev)
         self.frozen = [torch.zeros_like(W) for W in Ws]
         self.any = False
+        self.limit: torch.Tensor | None = None  # DIVERGENCE_FACTOR * R(0); inf if R(0) = 0
 
     def update(
         self,
@@ -376,12 +388,14 @@ class _Divergence:
         Ws: list[torch.Tensor],
         checkpoints: _Checkpoints,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mark seeds whose risk is no longer finite; returns the risk to record (the
-        value met at ``diverged_at`` kept, later ones NaN) and the residual to
-        backpropagate (zero for diverged seeds). One reduction per step; the rare branch
-        does the bookkeeping."""
+        """Mark seeds whose risk is no longer finite or above the limit; returns the risk
+        to record (the value met at ``diverged_at`` kept, later ones NaN) and the residual
+        to backpropagate (zero for diverged seeds). One reduction per step; the rare
+        branch does the bookkeeping."""
         S = risk.shape[0]
-        bad = ~torch.isfinite(risk)
+        if self.limit is None:
+            self.limit = torch.where(risk > 0, risk * DIVERGENCE_FACTOR, math.inf)
+        bad = ~torch.isfinite(risk) | (risk > self.limit)
         if self.any:
             bad &= ~self.diverged
         if bool(bad.any()):
@@ -468,9 +482,10 @@ def train_ensemble(
         ``callable(iteration, n_iter)`` or a tqdm-like object, called about every 1 % of
         ``n_iter`` and once at the end.
 
-    Divergence: a seed whose risk becomes NaN or inf at iteration ``i`` is marked diverged
-    (``diverged_at = i``); its weights at ``i`` are kept as its final weights, its later risk
-    is NaN and its later checkpoints stay unreached (see :class:`_Divergence`).
+    Divergence: a seed whose risk becomes NaN or inf, or exceeds ``DIVERGENCE_FACTOR``
+    times its initial risk, at iteration ``i`` is marked diverged (``diverged_at = i``);
+    its weights at ``i`` are kept as its final weights, its later risk is NaN and its later
+    checkpoints stay unreached (see :class:`_Divergence`).
     """
     lr, n_iter = float(lr), int(n_iter)
     risk_levels, times, time_iters, labels = _schedule(lr, n_iter, risk_levels, times)

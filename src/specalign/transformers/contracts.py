@@ -210,6 +210,7 @@ def write_weights_attrs(
         "convention": "y = W x + b; W stored (out, in); F = W_O W_V; K, V expanded to "
         "n_heads heads; float64",
         "format_version": FORMAT_VERSION,
+        **io.provenance_attrs(),  # the thread count F = W_O W_V was computed with
     }
     for key, value in attrs.items():
         f.attrs[key] = value

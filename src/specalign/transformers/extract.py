@@ -40,7 +40,8 @@ class CheckpointReader:
     """Lazy, one-tensor-at-a-time access to the tensors of a checkpoint folder.
 
     Use as a context manager; ``keys`` lists every tensor name, ``read(key)`` returns
-    one tensor as float64 numpy (bf16/fp16 included, hence the torch framework).
+    one tensor as float64 numpy (bf16/fp16 included, hence the torch framework), and
+    refuses one holding NaN or inf (InputFileError naming the file and the tensor).
     """
 
     def __init__(self, model_dir: str | Path) -> None:
@@ -149,10 +150,20 @@ class CheckpointReader:
 
                 with safe_open(file, framework="pt") as handle:
                     tensor = handle.get_tensor(key)
-                    return tensor.detach().to(torch.float64, copy=True).numpy()
-            return self._handle(file)[key].detach().to(torch.float64, copy=True).numpy()
+                    arr = tensor.detach().to(torch.float64, copy=True).numpy()
+            else:
+                arr = self._handle(file)[key].detach().to(torch.float64, copy=True).numpy()
         except Exception as exc:
             raise InputFileError(f"{file}: cannot read tensor {key!r} ({exc})") from exc
+        # A NaN or inf weight makes every F, eigenvalue and token state after it NaN, and
+        # the first step to notice would fail far from the cause.
+        finite = np.isfinite(arr)
+        if not finite.all():
+            raise InputFileError(
+                f"{file}: tensor {key!r} holds {arr.size - int(finite.sum())} non-finite "
+                f"value(s) (NaN or inf) of {arr.size}; fix: use an intact checkpoint of the model"
+            )
+        return arr
 
 
 def _load_bin(file: Path) -> dict[str, Any]:

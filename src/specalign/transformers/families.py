@@ -292,6 +292,18 @@ class FamilyAdapter(ABC):
     def window_size(self) -> int | None:
         return None
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest token sequence the position embeddings cover (config.json's
+        ``max_position_embeddings``, ``n_positions`` or ``n_ctx``, read through the
+        family's configuration class, so an absent key is the class default); None when
+        the configuration names none. Overridden where positions start past 0."""
+        try:
+            value = _attr(self.hf, "max_position_embeddings", "n_positions", "n_ctx")
+        except ValueError:
+            return None
+        return int(value) if value else None
+
     def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Per layer: inverse frequencies (n_layers, n_rotated_dims / 2) and the factor
         on cos/sin (n_layers,), float64; None for families without rotary embeddings."""
@@ -411,11 +423,19 @@ class RobertaAdapter(BertAdapter):
     prompt shifts the positions after it: random prompts avoid the config's special ids.
     State 0 is taken from the model itself, so the offset never needs re-deriving. (2) It
     is a masked LM: ``RobertaForCausalLM`` without ``is_decoder`` is still bidirectional,
-    so there is no next-token probability (steering stores NaN, as for BERT).
+    so there is no next-token probability (steering stores NaN, as for BERT). (3) For the
+    same reason a prompt holds at most ``max_position_embeddings - pad_token_id - 1``
+    tokens (512 of roberta-base's 514 positions).
     """
 
     model_type = "roberta"
     prefixes = ("roberta.", "")
+
+    @property
+    def max_positions(self) -> int | None:
+        table = super().max_positions
+        pad = getattr(self.hf, "pad_token_id", None)
+        return None if table is None else table - (int(pad) + 1 if pad is not None else 0)
 
 
 class DistilBertAdapter(FamilyAdapter):

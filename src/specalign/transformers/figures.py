@@ -17,7 +17,8 @@ Every figure draws a null level beside the measured curve, because an alignment
 * most-negative-eigenvector null (dotted purple): the same metric against the
   eigenvector of F_t's most negative real eigenvalue (``*_neg_null``), a direction of F
   that the power-method reading says tokens should *not* tilt to;
-* cross-model figures overlay a random-weight model (a model named ``*_random``) in
+* cross-model figures overlay the random-weight twin of a model (the random model
+  whose ``like:`` names it; ``like`` maps random models to the models they copy) in
   gray, the chance level of every trained-model curve.
 
 Layer indices are 1-based in every figure (layer t = 1..T, state 0 is the input), as in
@@ -80,14 +81,9 @@ _NEG = "tab:purple"  # most-negative-eigenvector null
 _RANDOM_MODEL = "0.55"
 _N_EIGS = 5  # the paper's Figure 7 shows lambda_1..5
 _SPHERE_NULL_DIRECTIONS = 64
-_RANDOM_SUFFIX = "_random"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _base_name(name: str) -> str:
-    return name[: -len(_RANDOM_SUFFIX)] if is_random_model(name) else name
 
 
 def _nanstats(da: xr.DataArray, dim: str) -> tuple[np.ndarray, np.ndarray]:
@@ -272,15 +268,20 @@ def _layer_eigenvalue_panel(
 
 
 def eigenvalue_figure(
-    spectra: xr.Dataset, model: str, null_spectra: xr.Dataset | None = None
+    spectra: xr.Dataset,
+    model: str,
+    null_spectra: xr.Dataset | None = None,
+    null_name: str | None = None,
+    like_of: str | None = None,
 ) -> tuple[Figure, str]:
     """Eigenvalues of every distinct F = W_O W_V in the complex plane (paper Fig. 1a) and
     Re(lambda_1..5) per layer.
 
     Null levels: the circular-law disk of an i.i.d. random matrix with the same
     eigenvalue energy (radius sqrt(2 mean |lambda|^2), drawn when ``spectra`` holds the
-    whole spectrum), and, when ``null_spectra`` (the random-weight model) is given, its
-    eigenvalues in gray and its Re(lambda_1..5) per layer as gray dashed lines.
+    whole spectrum), and, when ``null_spectra`` (the random-weight twin ``null_name``) is
+    given, its eigenvalues in gray and its Re(lambda_1..5) per layer as gray dashed lines.
+    ``like_of``: the model whose configuration ``model`` copies, when it is random itself.
     """
     n_blocks = spectra.sizes["block"]
     d = _d_model(spectra)
@@ -306,9 +307,12 @@ def eigenvalue_figure(
             else "Only the first eigenvalues are stored, so no circular-law disk is drawn. "
         )
         + (
-            "Gray: the random-weight model's eigenvalues and Re(lambda_1..5)."
+            f"Gray: the eigenvalues and Re(lambda_1..5) of the random-weight twin "
+            f"{null_name or '(unnamed)'} (like: {model})."
             if null_spectra is not None
-            else "No random-weight model was given."
+            else f"{model} is itself the random-weight twin of {like_of} (like: {like_of})."
+            if like_of
+            else f"No random model has like: {model}, so there is no random-weight twin."
         )
     )
     return fig, caption
@@ -821,15 +825,13 @@ def corr_choice_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | Non
 # --------------------------------------------------------------------------- cross model
 
 
-def _panel_groups(models: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """(panel model, [random-weight companions]) for every trained model; a random
-    model without a trained partner gets its own panel."""
-    trained = [m for m in models if not is_random_model(m)]
-    groups = [
-        (m, [r for r in models if is_random_model(r) and _base_name(r) == m]) for m in trained
-    ]
+def _panel_groups(models: Sequence[str], like: Mapping[str, str]) -> list[tuple[str, list[str]]]:
+    """(panel model, [random models whose like: names it]) for every other model; a
+    random model whose like: model is not drawn gets its own panel."""
+    trained = [m for m in models if not is_random_model(m, like)]
+    groups = [(m, sorted(r for r in models if like.get(r) == m)) for m in trained]
     paired = {r for _, rs in groups for r in rs}
-    groups += [(r, []) for r in models if is_random_model(r) and r not in paired]
+    groups += [(r, []) for r in models if is_random_model(r, like) and r not in paired]
     return groups
 
 
@@ -842,16 +844,18 @@ def _family_title(name: str, ds: xr.Dataset) -> str:
 
 
 def spectrum_overview_figure(
-    spectra_by_model: Mapping[str, xr.Dataset],
+    spectra_by_model: Mapping[str, xr.Dataset], like: Mapping[str, str] | None = None
 ) -> tuple[Figure, str] | None:
     """Re(lambda_i,t), i = 1..5, against layer t for every model (paper Fig. 7).
 
-    A model named ``<m>_random`` is drawn in gray dashed inside ``<m>``'s panel: its
-    curves are the chance level of a trained model's gaps. None without models.
+    A random model (a key of ``like``) is drawn in gray dashed inside the panel of the
+    model its ``like:`` names: its curves are the chance level of that model's gaps.
+    None without models.
     """
     if not spectra_by_model:
         return None
-    groups = _panel_groups(list(spectra_by_model))
+    like = dict(like or {})
+    groups = _panel_groups(list(spectra_by_model), like)
     pal = sns.color_palette("colorblind", _N_EIGS)
     notes = []
     with sns.axes_style(_STYLE):
@@ -902,14 +906,14 @@ def spectrum_overview_figure(
         "GPT-Neo). The paper's reading: the spectral gap Re lambda_1 - Re lambda_2 (Re "
         "lambda_1 - Re lambda_3 for a complex lambda_1) is small in most layers. Each panel "
         "names the model's family; a family the paper does not study is marked 'beyond the "
-        "paper'. Null: the random-weight model of the same architecture (gray dashed) where "
-        "one is given. " + "; ".join(notes) + "."
+        "paper'. Null: the random model whose like: names the panel's model (gray dashed), "
+        "where one is configured. " + "; ".join(notes) + "."
     )
     return fig, caption
 
 
 def eigvec_continuity_figure(
-    spectra_by_model: Mapping[str, xr.Dataset],
+    spectra_by_model: Mapping[str, xr.Dataset], like: Mapping[str, str] | None = None
 ) -> tuple[Figure, str] | None:
     """|<v1_t, v1_{t+1}>| between consecutive layers per model, with the random-unit
     null E|<u, v>| ~ sqrt(2/(pi d)). Our reading of paper Fig. 9, whose caption is
@@ -919,7 +923,8 @@ def eigvec_continuity_figure(
     }
     if not series:
         return None
-    trained = [m for m in series if not is_random_model(m)]
+    like = dict(like or {})
+    trained = [m for m in series if not is_random_model(m, like)]
     pal = dict(zip(trained, sns.color_palette("colorblind", max(len(trained), 1)), strict=False))
     dims = sorted({_d_model(spectra_by_model[m]) for m in series})
     notes = []
@@ -928,8 +933,9 @@ def eigvec_continuity_figure(
         ax = fig.subplots()
         for m, ov in series.items():
             x = np.arange(1, ov.size + 1)
-            if is_random_model(m):
-                ax.plot(x, ov, color=_RANDOM_MODEL, ls="--", marker="x", ms=4, label=m)
+            if is_random_model(m, like):
+                label = f"{m} (random, like {like[m]})"
+                ax.plot(x, ov, color=_RANDOM_MODEL, ls="--", marker="x", ms=4, label=label)
             else:
                 ax.plot(x, ov, color=pal[m], marker="o", ms=4, label=m)
             shared = bool(int(spectra_by_model[m].attrs.get("shared", 0)))
@@ -1162,15 +1168,19 @@ def model_figures(
     prop: xr.Dataset | None = None,
     steer: xr.Dataset | None = None,
     null_spectra: xr.Dataset | None = None,
+    null_name: str | None = None,
+    like_of: str | None = None,
 ) -> dict[str, tuple[Figure, str]]:
-    """``{stem: (figure, caption)}`` of every per-model figure its data allows.
+    """``{stem: (figure, caption)}`` of every per-model figure its data allows;
+    ``null_spectra`` are those of the random-weight twin ``null_name``; ``like_of`` is
+    the model whose configuration ``model`` copies when it is a random model itself.
 
     Stems: ``eigenvalues``, ``alignment_{mode}`` and ``correlations_{mode}`` for each
     mode, ``token_distance``, ``prolonged``, ``corr_choice``, ``steering``.
     """
     out: dict[str, tuple[Figure, str]] = {}
     if spectra is not None:
-        out["eigenvalues"] = eigenvalue_figure(spectra, model, null_spectra)
+        out["eigenvalues"] = eigenvalue_figure(spectra, model, null_spectra, null_name, like_of)
     if prop is not None:
         for mode in _modes(prop):
             for stem, make in (
@@ -1213,12 +1223,17 @@ MODEL_FIGURES: tuple[str, ...] = (
     "steering",
 )
 
-Overview = Callable[[Mapping[str, xr.Dataset], xr.Dataset], "tuple[Figure, str] | None"]
+Overview = Callable[
+    [Mapping[str, xr.Dataset], xr.Dataset, Mapping[str, str]], "tuple[Figure, str] | None"
+]
 
-#: The cross-model and sphere figures: stem -> builder(spectra by model, sphere.nc).
+#: The cross-model and sphere figures: stem -> builder(spectra by model, sphere.nc,
+#: like), ``like`` mapping each random model to the model whose configuration it copies.
 OVERVIEW_FIGURES: dict[str, Overview] = {
-    "figure7_spectra": lambda spectra, sphere: spectrum_overview_figure(spectra),
-    "figure9_eigvec_continuity": lambda spectra, sphere: eigvec_continuity_figure(spectra),
-    "figure13": lambda spectra, sphere: sphere_figure13(sphere),
-    "figure14": lambda spectra, sphere: sphere_figure14(sphere),
+    "figure7_spectra": lambda spectra, sphere, like: spectrum_overview_figure(spectra, like),
+    "figure9_eigvec_continuity": lambda spectra, sphere, like: eigvec_continuity_figure(
+        spectra, like
+    ),
+    "figure13": lambda spectra, sphere, like: sphere_figure13(sphere),
+    "figure14": lambda spectra, sphere, like: sphere_figure14(sphere),
 }

