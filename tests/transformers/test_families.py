@@ -342,6 +342,27 @@ def test_steering_through_the_output_projection(cases: dict, name: str) -> None:
     assert np.isfinite(change["p_before"]).all() and np.abs(change["delta"]).max() > 0
 
 
+def test_steering_dataset_on_a_projected_post_ln_model(cases: dict) -> None:
+    """The steering rule's computation end to end on OPT-350m's layout (its last
+    transformers state is ``project_out`` of another width): state 0 is the embedding
+    output through ``project_in``, u an eigenvector, the probabilities finite, and the
+    loaded model left as it was."""
+    case = cases["opt_post_ln"]
+    cfg = {"target_text": "", "target_id": 5, "c": [2.0], "methods": ["min_norm"]}
+    ds = st.steering_dataset(case.mw, case.folder, case.ids.numpy(), 1.0, cfg, 0, 2)
+    assert float(ds["residual"].max()) < 1e-10
+    p = ds["p_before"].values
+    assert np.isfinite(p).all() and ((p > 0) & (p < 1)).all()
+    base = prop.load_base_model(case.folder)
+    tie = getattr(base.config, "tie_last_hidden_states", "unset")
+    with torch.no_grad():
+        out = base(input_ids=case.ids, output_hidden_states=True)
+    state0 = st._embedding_output(base, case.ids.numpy())
+    np.testing.assert_allclose(state0, out.hidden_states[0].double().numpy(), rtol=0, atol=1e-6)
+    assert getattr(base.config, "tie_last_hidden_states", "unset") == tie
+    assert out.hidden_states[-1].shape[-1] != state0.shape[-1]  # the trap is there
+
+
 # --------------------------------------------------------------------------- contracts
 
 

@@ -405,6 +405,26 @@ def target_token(model_dir: str | Path, text: str, token_id: int | None = None) 
     return steering_target(model_dir, text, token_id).token_id
 
 
+def _embedding_output(base: Any, ids: np.ndarray) -> np.ndarray:
+    """State 0, the input of layer 0 (n_prompts, n_tokens, d), of a loaded base model that
+    is left as it was (the causal LM's next-token probabilities use it afterwards). The
+    last state is the residual stream during the call: with transformers' own last state,
+    OPT-350m's ``project_out`` output has another width and the states do not stack."""
+    config = base.config
+    had, tie = (
+        hasattr(config, "tie_last_hidden_states"),
+        getattr(config, "tie_last_hidden_states", None),
+    )
+    config.tie_last_hidden_states = False
+    try:
+        return propagate.model_hidden_states(base, ids, final_norm=True)[0]
+    finally:
+        if had:
+            config.tie_last_hidden_states = tie
+        else:
+            del config.tie_last_hidden_states
+
+
 def _random_units(d: int, n: int, seed: int) -> np.ndarray:
     R = np.random.default_rng(seed).standard_normal((n, d))
     return R / np.linalg.norm(R, axis=1, keepdims=True)
@@ -445,8 +465,7 @@ def steering_dataset(
     base = lm.base_model if lm is not None else propagate.load_base_model(model_dir, device)
     e = input_embedding(model_dir, mw, token_id, model=base)
     u = e / np.linalg.norm(e)
-    # state 0 only, which no final norm touches: the causal LM's base stays as it is
-    hidden0 = propagate.model_hidden_states(base, ids, final_norm=True)[0]
+    hidden0 = _embedding_output(base, ids)
     methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
     P, N = ids.shape
     R = _random_units(mw.d_model, null_draws, seed)
