@@ -79,7 +79,7 @@ def _steering(mw: ModelWeights, monkeypatch: pytest.MonkeyPatch) -> xr.Dataset:
     monkeypatch.setattr(steer, "steering_target", lambda *a, **k: target)
     monkeypatch.setattr(steer, "input_embedding", lambda *a, **k: u)
     monkeypatch.setattr(prop, "load_base_model", lambda *a, **k: None)
-    monkeypatch.setattr(prop, "model_hidden_states", lambda *a, **k: X0[None])
+    monkeypatch.setattr(steer, "_embedding_output", lambda *a, **k: X0)
     cfg = {"target_text": "the", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
     ids = np.zeros((3, 4), dtype=int)
     return steer.steering_dataset(mw, "unused", ids, ETA, cfg, seed=0, null_draws=4)
