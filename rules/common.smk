@@ -32,7 +32,7 @@ MODEL_CACHE = config["transformers"]["cache"]
 MODELS = sorted(config["transformers"]["models"])
 # random model -> the model its like: names; the null of a model is its random twin
 LIKE = random_likes(config)
-RANDOM_MODELS = sorted(LIKE)
+RANDOM_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "random"]
 FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS]
 GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
@@ -176,6 +176,15 @@ def commutator_targets():
         + list(rules.commutator_tables.output)
         + expand(rules.commutator_figure.output, figure=FIGURES)
     )
+
+
+def random_model_inputs(wildcards):
+    """The manifest of the model a random model copies (``like``), or its config.json
+    file; nothing for a configuration written in the config."""
+    spec = config["transformers"]["models"][wildcards.model]
+    if spec["like"]:
+        return {"like": f"{MODEL_CACHE}/{spec['like']}/manifest.json"}
+    return {"config_file": spec["config_file"]} if spec["config_file"] else {}
 
 
 def random_twin(model):

@@ -26,15 +26,16 @@ rule fetch_model:
 
 
 rule random_model:
-    # The null baseline: the configuration of another model with random weights.
+    # The null baseline: the configuration of another model (or of a config.json file, or
+    # written in the config) with random weights.
     input:
-        lambda w: f"{MODEL_CACHE}/{config['transformers']['models'][w.model]['like']}/manifest.json",
+        unpack(random_model_inputs),
     output:
         f"{MODEL_CACHE}/{{model}}/manifest.json",
     wildcard_constraints:
         model=name_regex(RANDOM_MODELS),
     params:
-        seed=lambda w: config["transformers"]["models"][w.model]["seed"],
+        spec=lambda w: canonical_json(config["transformers"]["models"][w.model]),
     resources:
         **model_resources("random_model"),
     conda:
@@ -73,6 +74,8 @@ rule spectra:
         eta=config["transformers"]["eta"],
     threads: THREADS
     resources:
+        # float64 eig of d x d matrices: tens of minutes per d = 4096 model on 2 cores
+        **gpu_resources(),
         **model_resources("spectra"),
     conda:
         CONDA_ENV

@@ -9,9 +9,15 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
 def run_snakemake(
-    repo: Path, workdir: Path, *args: str, check: bool = True, env: dict | None = None
+    repo: Path,
+    workdir: Path,
+    *args: str,
+    check: bool = True,
+    env: dict | None = None,
+    timeout: float = 900,
 ) -> str:
-    """Run snakemake on ``workdir/config.yaml``; raise with the output's tail on failure."""
+    """Run snakemake on ``workdir/config.yaml``; raise with the output's tail on failure
+    (``timeout`` seconds at most)."""
     cmd = [
         *SNAKEMAKE,
         "-s",
@@ -24,7 +30,7 @@ def run_snakemake(
         "2",
         *args,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     out = proc.stdout + proc.stderr
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{out[-6000:]}")

@@ -1,49 +1,168 @@
-"""Tiny random models of every supported family, keyed by config.json ``model_type``.
+"""Tiny random models of every supported family, keyed by config.json ``model_type``,
+built offline (a test helper, one factory for the family tests and the hub tests).
 
 ``TINY_CONFIGS`` holds one small configuration per family adapter in
-``specalign.transformers.families.FAMILIES``; the tests that serve or extract "every
-supported family" check the two key sets against each other, so a new family adds one
-entry here. Weights come from transformers' own initialisation under a fixed seed.
+``specalign.transformers.families.FAMILIES`` and ``BUILDERS`` a builder of each; the
+tests that serve or extract "every supported family" check these key sets against
+``FAMILIES``, so a new family adds one entry to ``CONFIGS``. The other cases of
+``CONFIGS`` are variants of a family with a layout of their own (OPT's post-LN 350m
+style). The configurations are chosen so that each family's traps show:
+
+* grouped-query attention with 1 < n_kv_heads < n_heads (with 1 or n_heads key/value
+  heads the wrong h % KV head mapping gives the right F);
+* ``head_dim`` != d_model / n_heads where the family has the key;
+* sliding windows shorter than the test prompts, layer patterns (Qwen2's
+  ``max_window_layers``, Gemma 2's even layers, Gemma 3's pattern);
+* partial rotary (NeoX, GPT-J, Phi-3), llama3 rope scaling that bites at short range,
+  a Gemma 2 softcap that bites, Gemma 2/3's query_pre_attn_scalar != head_dim;
+* biases, pre/post-LN, project_in/out (OPT-350m style).
+
+``build`` (float64 head models, for the family tests) re-draws every norm weight and
+zero bias (they initialise to ones/zeros, which would hide a w vs 1 + w or a missing-bias
+mistake). ``float64_everywhere`` makes the instantiated modules compute in float64 end to
+end: stock ``transformers`` computes RMSNorm, rotary tables, eager softmax (and GPT-J's
+whole score matrix) in float32 even in a float64 model, which floors any comparison at
+about 1e-7. It changes no formula.
+``tiny_model``, ``save_tiny`` and ``save_tiny_pickled`` give the float32 base models the
+hub tests serve (weights from transformers' own initialisation under a fixed seed).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-D, HEADS, VOCAB = 32, 4, 100
-_COMMON = {"vocab_size": VOCAB, "max_position_embeddings": 64}
+import torch
 
-TINY_CONFIGS: dict[str, dict[str, Any]] = {
-    "bert": {
-        "hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": HEADS,
-        "intermediate_size": 64, **_COMMON,
-    },
-    "albert": {
-        "embedding_size": 16, "hidden_size": D, "num_hidden_layers": 3,
-        "num_attention_heads": HEADS, "intermediate_size": 64, **_COMMON,
-    },
-    # bos/eos inside the tiny vocabulary (the defaults, 50256, are not)
-    "gpt2": {
-        "n_embd": D, "n_layer": 2, "n_head": HEADS, "vocab_size": VOCAB, "n_positions": 64,
-        "bos_token_id": 0, "eos_token_id": 0,
-    },
-    "gpt_neo": {
-        "hidden_size": D, "num_layers": 2, "num_heads": HEADS, "window_size": 8,
-        "attention_types": [[["global", "local"], 1]], "bos_token_id": 0, "eos_token_id": 0,
-        **_COMMON,
-    },
+from specalign.transformers.families import family
+
+_ROPE = {"max_position_embeddings": 64, "vocab_size": 96}
+_GQA = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, **_ROPE}  # fmt: skip
+_GEMMA = {**_GQA, "hidden_size": 48, "head_dim": 16}
+_ENCODER = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 64, "vocab_size": 96, "max_position_embeddings": 64}  # fmt: skip
+
+#: case name -> config.json content (``model_type`` and the family's keys).
+CONFIGS: dict[str, dict[str, Any]] = {
+    "bert": {"model_type": "bert", **_ENCODER},
+    "roberta": {"model_type": "roberta", **_ENCODER, "pad_token_id": 1, "bos_token_id": 0,
+                "eos_token_id": 2, "type_vocab_size": 1},
+    "distilbert": {"model_type": "distilbert", "dim": 32, "hidden_dim": 64, "n_layers": 2,
+                   "n_heads": 4, "vocab_size": 96, "max_position_embeddings": 64},
+    "albert": {"model_type": "albert", **_ENCODER, "num_hidden_layers": 3,
+               "embedding_size": 16},
+    "gpt2": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 96,
+             "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0},
+    "gpt_neo": {"model_type": "gpt_neo", "hidden_size": 32, "num_layers": 2, "num_heads": 4,
+                "window_size": 4, "attention_types": [[["global", "local"], 1]],
+                "vocab_size": 96, "max_position_embeddings": 64, "bos_token_id": 0,
+                "eos_token_id": 0},
+    # Pythia: fused per-head interleaved QKV, rotary on a quarter of each head, parallel.
+    "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 96,
+                 "num_hidden_layers": 2, "num_attention_heads": 4, "rotary_pct": 0.25,
+                 "use_parallel_residual": True, **_ROPE},
+    # GPT-J: interleaved rotary on the first 8 of 16 dims of each head.
+    "gptj": {"model_type": "gptj", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_inner": 96,
+             "rotary_dim": 8, "vocab_size": 96, "n_positions": 64, "bos_token_id": 0,
+             "eos_token_id": 0},
+    "opt": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "word_embed_proj_dim": 64, "do_layer_norm_before": True,
+            **_ROPE},
+    # OPT-350m style: post-LN, embeddings in 32 dims through project_in, project_out.
+    "opt_post_ln": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 96,
+                    "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "word_embed_proj_dim": 32, "do_layer_norm_before": False, **_ROPE},
+    # Llama 3.2 style: llama3 rope scaling with a short original context, so it bites.
+    "llama": {"model_type": "llama", **_GQA, "tie_word_embeddings": True,
+              "rope_theta": 500000.0,
+              "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}},
+    "mistral": {"model_type": "mistral", **_GQA, "sliding_window": 4},
+    # Qwen2 with its window switched on: layers >= max_window_layers slide.
+    "qwen2": {"model_type": "qwen2", **_GQA, "use_sliding_window": True, "sliding_window": 4,
+              "max_window_layers": 1},
+    "qwen3": {"model_type": "qwen3", **_GQA, "head_dim": 24},
+    "gemma": {"model_type": "gemma", **_GEMMA},
+    "gemma2": {"model_type": "gemma2", **_GEMMA, "query_pre_attn_scalar": 20,
+               "sliding_window": 3, "attn_logit_softcapping": 5.0,
+               "final_logit_softcapping": 30.0},
+    "gemma3_text": {"model_type": "gemma3_text", **_GEMMA, "num_hidden_layers": 3,
+                    "query_pre_attn_scalar": 20, "sliding_window": 3,
+                    "sliding_window_pattern": 2, "rope_theta": 1000000.0,
+                    "rope_local_base_freq": 10000.0},
+    "phi3": {"model_type": "phi3", **_GQA, "sliding_window": 5, "partial_rotary_factor": 0.5,
+             "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+             "tie_word_embeddings": False},
 }  # fmt: skip
 
 
-def tiny_model(model_type: str, seed: int) -> Any:
-    """A float32 ``AutoModel`` of ``model_type`` with the tiny configuration, seeded."""
-    import torch
-    from transformers import AutoConfig, AutoModel
+def head_class(model_type: str) -> Any:
+    """The head model a hub checkpoint of the family is saved from: the causal LM where
+    the family has one, else the masked LM."""
+    import transformers
 
-    config = AutoConfig.for_model(model_type, **TINY_CONFIGS[model_type])
+    if family(model_type).causal_lm:
+        return transformers.AutoModelForCausalLM
+    return transformers.AutoModelForMaskedLM
+
+
+def _instantiate(case: str, head: bool, seed: int, **dtype: Any) -> Any:
+    """The model of ``case`` as transformers initialises it under ``seed``, in the
+    default dtype unless ``dtype=`` says otherwise (left to the default, a model built
+    inside :func:`float64_everywhere` is float64 from the start: buffers such as Gemma's
+    embedding scale are then exact)."""
+    import transformers
+
+    config = dict(CONFIGS[case])
+    model_type = config.pop("model_type")
+    cfg = transformers.AutoConfig.for_model(model_type, **config)
     torch.manual_seed(seed)
-    return AutoModel.from_config(config, dtype=torch.float32).eval()
+    cls = head_class(model_type) if head else transformers.AutoModel
+    return cls.from_config(cfg, attn_implementation="eager", **dtype).eval()
+
+
+def build(case: str, *, head: bool = True, seed: int = 0) -> Any:
+    """The tiny model of ``case`` (a key of CONFIGS) in float64, eval mode, eager
+    attention, every norm weight and zero bias re-drawn (seeded)."""
+    model = _instantiate(case, head, seed).to(torch.float64)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            is_norm = "norm" in name.lower() or ".ln_" in name or name.startswith("ln_")
+            if is_norm or (name.endswith(".bias") and not p.abs().max() > 0):
+                p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return model
+
+
+def save(case: str, folder: Path, **kwargs: Any) -> tuple[Any, Path]:
+    """``build(case)`` saved to ``folder`` with ``save_pretrained`` (float64 safetensors)."""
+    model = build(case, **kwargs)
+    model.save_pretrained(str(folder))
+    return model, folder
+
+
+#: model_type -> its tiny configuration (the case named after the model_type), without
+#: the ``model_type`` key, as ``AutoConfig.for_model(model_type, **config)`` takes it.
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    case: {k: v for k, v in cfg.items() if k != "model_type"}
+    for case, cfg in CONFIGS.items()
+    if case == cfg["model_type"]
+}
+
+#: model_type -> builder of its tiny float64 model.
+BUILDERS: dict[str, Callable[..., Any]] = {
+    model_type: functools.partial(build, model_type) for model_type in TINY_CONFIGS
+}
+
+
+def tiny_model(model_type: str, seed: int) -> Any:
+    """A float32 base model (``AutoModel``) of ``model_type``, as initialised under
+    ``seed``: what the hub tests serve."""
+    return _instantiate(model_type, head=False, seed=seed, dtype=torch.float32)
 
 
 def save_tiny(model_type: str, folder: str | Path, seed: int, **save_kwargs: Any) -> Path:
@@ -56,11 +175,46 @@ def save_tiny(model_type: str, folder: str | Path, seed: int, **save_kwargs: Any
 def save_tiny_pickled(model_type: str, folder: str | Path, seed: int) -> Path:
     """config.json and a pickled ``pytorch_model.bin`` only, as transformers 4.x saved
     checkpoints (5.x writes safetensors only)."""
-    import torch
-
     model = tiny_model(model_type, seed)
     folder = Path(folder)
     model.config.save_pretrained(str(folder))
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     torch.save(state, folder / "pytorch_model.bin")
     return folder
+
+
+@contextlib.contextmanager
+def float64_everywhere() -> Iterator[None]:
+    """Every float32 request inside torch/transformers becomes float64 (``Tensor.to``,
+    ``Tensor.float``, ``softmax(dtype=)``, ``arange(dtype=)``, the default dtype), so that
+    the modules compute exactly what they compute normally, in float64."""
+    f32, f64 = torch.float32, torch.float64
+    saved = (torch.Tensor.to, torch.Tensor.float, torch.nn.functional.softmax, torch.arange)
+    default = torch.get_default_dtype()
+    orig_to, _, orig_softmax, orig_arange = saved
+
+    def sub(x: Any) -> Any:
+        return f64 if x is f32 else x
+
+    def to(self: torch.Tensor, *a: Any, **k: Any) -> torch.Tensor:
+        return orig_to(self, *(sub(x) for x in a), **{kk: sub(v) for kk, v in k.items()})
+
+    def as_float(self: torch.Tensor, *a: Any, **k: Any) -> torch.Tensor:
+        return orig_to(self, f64)
+
+    def softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:  # noqa: A002
+        return orig_softmax(input, dim=dim, dtype=sub(dtype))
+
+    def arange(*a: Any, **k: Any) -> torch.Tensor:
+        if "dtype" in k:
+            k["dtype"] = sub(k["dtype"])
+        return orig_arange(*a, **k)
+
+    torch.Tensor.to, torch.Tensor.float = to, as_float  # type: ignore[method-assign]
+    torch.nn.functional.softmax, torch.arange = softmax, arange
+    torch.set_default_dtype(f64)
+    try:
+        yield
+    finally:
+        torch.Tensor.to, torch.Tensor.float, torch.nn.functional.softmax, torch.arange = saved  # type: ignore[method-assign]
+        torch.set_default_dtype(default)

@@ -1,13 +1,16 @@
-"""Eigen-spectra of every distinct F = W_O W_V (shared blocks once)."""
+"""Eigen-spectra of every distinct F = W_O W_V (shared blocks once), on CUDA if granted."""
 
 from specalign.io import write_netcdf
+from specalign.runtime import torch_device
 from specalign.transformers import contracts, spectra
 from specalign.workflow import log, run_script
 
 
 def main(smk):
     mw = contracts.read_weights_h5(smk.input[0])
-    ds = spectra.spectra_dataset(mw, eta=float(smk.params.eta), threads=smk.threads)
+    device = torch_device(smk.resources.get("gpu", 0))
+    log.info("%d blocks of d = %d on %s", len(mw.blocks), mw.d_model, device)
+    ds = spectra.spectra_dataset(mw, eta=float(smk.params.eta), device=device, threads=smk.threads)
     log.info("Re lambda_1 per block: %s", ds["eigenvalues_real"].isel(eig=0).values.round(4))
     write_netcdf(smk.output[0], ds)
 

@@ -175,7 +175,9 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
 
-_MODEL_FIELD = {"hub": "id", "local": "path", "package": "package", "random": "like"}
+_MODEL_FIELD = {"hub": "id", "local": "path", "package": "package"}
+#: Where a random model's configuration comes from: exactly one of these is given.
+_RANDOM_FROM = ("like", "config_file", "config")
 
 
 #: A model named ``<m><suffix>`` reads as the random twin of ``<m>``.
@@ -188,15 +190,28 @@ def _check_models(cfg: Mapping[str, Any]) -> list[str]:
     models = tcfg.get("models", {})
     for name, spec in models.items():
         key = f"transformers.models.{name}"
-        field = _MODEL_FIELD[spec["source"]]
-        if not spec.get(field):
+        if spec["source"] == "random":
+            given = [f for f in _RANDOM_FROM if spec.get(f)]
+            if len(given) != 1:
+                problems.append(
+                    f"{key}: a random model needs exactly one of {', '.join(_RANDOM_FROM)} "
+                    f"(got {', '.join(given) or 'none'})"
+                )
+        elif not spec.get(_MODEL_FIELD[spec["source"]]):
+            field = _MODEL_FIELD[spec["source"]]
             problems.append(f"{key}.{field}: required for source {spec['source']!r}")
+        if spec["source"] != "random" and (spec.get("config") or spec.get("config_file")):
+            problems.append(f"{key}: config/config_file only apply to source 'random'")
         if spec["source"] == "random" and spec.get("like"):
             like = models.get(spec["like"])
             if like is None:
                 problems.append(f"{key}.like: no configured model named {spec['like']!r}")
-            elif like["source"] == "random":
-                problems.append(f"{key}.like: {spec['like']!r} is itself a random model")
+            elif like["source"] == "random" and like.get("like"):
+                # a twin of a model built from a configuration is fine; chains are not
+                problems.append(
+                    f"{key}.like: {spec['like']!r} is itself a random model copying "
+                    f"{like['like']!r}; copy that one"
+                )
             named = _named_twin_of(name, models)
             if named is not None and named != spec["like"]:
                 problems.append(
@@ -243,10 +258,14 @@ def random_likes(cfg: Mapping[str, Any]) -> dict[str, str]:
     """``{random model: the model its like: names}`` of a validated config.
 
     The null of a model ``m`` (its random-weight twin) is the random model whose ``like:``
-    names ``m``: derived from this, never guessed from the names.
+    names ``m``: derived from this, never guessed from the names. A random model built
+    from a configuration (``config:``, ``config_file:``) copies no configured model: it is
+    not a twin, and stands for the checkpoint whose configuration it has.
     """
     models = cfg.get("transformers", {}).get("models", {})
-    return {n: s["like"] for n, s in sorted(models.items()) if s["source"] == "random"}
+    return {
+        n: s["like"] for n, s in sorted(models.items()) if s["source"] == "random" and s["like"]
+    }
 
 
 def experiment_config(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -69,7 +69,8 @@ def _propagation(mw: ModelWeights, prolonged: int | None = None, seed: int = 1) 
 
 
 def _steering(mw: ModelWeights, monkeypatch: pytest.MonkeyPatch) -> xr.Dataset:
-    """The real ``steering_dataset`` with the model folder's three reads replaced."""
+    """The real ``steering_dataset`` with the model folder's reads replaced (a BERT-family
+    ``mw``: no causal LM is loaded)."""
     rng = np.random.default_rng(5)
     X0 = rng.standard_normal((3, 4, D))
     u = rng.standard_normal(D)
@@ -195,7 +196,10 @@ def test_random_twin_is_the_random_model_whose_like_names_it(data):
     sp, pr = data["spectra"], data["prop"]
     like = {"tiny_random": "albert_tiny"}
     fig, cap = ptf.spectrum_overview_figure(sp, like=like)
-    panels = {ax.get_title(): ax for ax in fig.axes if ax.has_data()}
+    titles = {ax.get_title(): ax for ax in fig.axes if ax.has_data()}
+    # each panel names its model's family (both of the paper's here)
+    assert set(titles) == {"tiny (bert)", "albert_tiny (albert)"}
+    panels = {title.split(" (")[0]: ax for title, ax in titles.items()}
     assert set(panels) == {"tiny", "albert_tiny"}  # tiny_random sits in albert_tiny's panel
     assert "tiny_random" in [t.get_text() for t in panels["albert_tiny"].get_legend().texts]
     assert "tiny_random" not in [t.get_text() for t in panels["tiny"].get_legend().texts]

@@ -150,7 +150,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(EXPECTED))
 def test_extract_matches_torch_modules(tiny: dict, family: str) -> None:
     model, folder = tiny[family]
     mw = extract(folder)
@@ -245,9 +245,15 @@ def test_prefixed_names_and_gamma_beta_are_tolerated(tiny: dict, tmp_path: Path)
 
 
 def test_unknown_family_errors(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(UnknownFamilyError, match="llama.*albert, bert, gpt2, gpt_neo"):
+    """One line naming every supported family and the one class to add."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    with pytest.raises(UnknownFamilyError) as err:
         extract(tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and "'mamba'" in msg
+    assert ", ".join(sorted(FAMILIES)) in msg
+    assert "FamilyAdapter subclass with model_type = 'mamba'" in msg
+    assert "specalign/transformers/families.py" in msg
 
 
 def test_missing_weights_name_the_folder(tmp_path: Path) -> None:
@@ -511,6 +517,32 @@ def test_streaming_extraction_equals_in_memory(tmp_path):
                 if isinstance(a[key], h5py.Dataset):
                     np.testing.assert_array_equal(a[key][()], b[key][()], err_msg=key)
             assert dict(a.attrs) == dict(b.attrs)
+
+
+def test_spectra_on_cuda_agree_with_the_cpu() -> None:
+    """torch.linalg.eig in float64 on CUDA (the spectra rule with a GPU) gives the CPU's
+    spectra: the same sort, exactly real eigenvalues where LAPACK's are, the same
+    phase-fixed eigenvectors, gaps and bounds."""
+    if not torch.cuda.is_available():
+        pytest.skip(
+            "no CUDA device on this machine: CPU/CUDA agreement of the spectra rule untested here"
+        )
+    rng = np.random.default_rng(0)
+    d = 384
+    Q = _rotation(d, 3)
+    J = np.diag(rng.standard_normal(d))
+    J[:2, :2] = [[4.0, -1.0], [1.0, 4.0]]  # a complex leading pair
+    mats = {"random": rng.standard_normal((d, d)) / np.sqrt(d), "complex_lead": Q @ J @ Q.T}
+    for name, F in mats.items():
+        cpu, gpu = spectrum(F, eta=0.5), spectrum(F, eta=0.5, device="cuda")
+        np.testing.assert_allclose(gpu["eigenvalues"], cpu["eigenvalues"], atol=1e-9, err_msg=name)
+        assert np.array_equal(gpu["eigenvalues"].imag == 0, cpu["eigenvalues"].imag == 0), name
+        for key in ("gap", "spectral_radius", "eta_bound"):
+            assert gpu[key] == pytest.approx(cpu[key], rel=1e-9, abs=1e-12), (name, key)
+        for key in ("radius_is_negative", "lambda1_is_complex", "leading_real_index"):
+            assert gpu[key] == cpu[key], (name, key)
+        for key in ("v1", "v2", "v1_leading_real"):
+            np.testing.assert_allclose(gpu[key], cpu[key], atol=1e-8, err_msg=f"{name} {key}")
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])

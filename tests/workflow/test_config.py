@@ -18,10 +18,21 @@ def base(repo):
     return load_yaml(repo / "config" / "test.yaml")
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "test.yaml"])
+@pytest.mark.parametrize(
+    "name", ["config.yaml", "paper.yaml", "test.yaml", "modern.yaml", "modern_test.yaml"]
+)
 def test_shipped_configs_validate(repo, name):
     cfg = validate_config(load_yaml(repo / "config" / name))
-    assert cfg["commutators"]["experiments"]
+    assert cfg["commutators"]["experiments"] or cfg["transformers"]["models"]
+
+
+def test_modern_config_has_a_random_twin_of_each_checkpoint(repo):
+    """config/modern.yaml: hub checkpoints, each beside a random twin of its own."""
+    models = validate_config(load_yaml(repo / "config" / "modern.yaml"))["transformers"]["models"]
+    hub = {name for name, spec in models.items() if spec["source"] == "hub"}
+    twins = {spec["like"] for spec in models.values() if spec["source"] == "random"}
+    assert hub and twins == hub
+    assert all(f"{name}_random" in models for name in hub)
 
 
 def _walk(schema, root, path=""):
@@ -92,7 +103,36 @@ BAD = [
         "bad name!",
     ),
     (lambda c: c.setdefault("plots", {}).update(formats=["gif"]), "plots.formats[0]"),
+    (
+        lambda c: c["transformers"]["models"]["minilm_random"].update(config={"model_type": "x"}),
+        "minilm_random: a random model needs exactly one of like, config_file, config (got "
+        "like, config)",
+    ),
+    (
+        lambda c: c["transformers"]["models"].update(twin={"source": "random"}),
+        "transformers.models.twin: a random model needs exactly one of",
+    ),
+    (
+        lambda c: c["transformers"]["models"].update(twin={"source": "random", "config": {}}),
+        "transformers.models.twin.config: 'model_type' is a required property",
+    ),
+    (
+        lambda c: c["transformers"]["models"]["minilm"].update(config_file="c.json"),
+        "transformers.models.minilm: config/config_file only apply to source 'random'",
+    ),
 ]
+
+
+def test_random_model_from_a_written_configuration(base):
+    """A random model may be declared from its configuration alone (offline twins)."""
+    base["transformers"]["models"] = {
+        "twin": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32}},
+        "twin_file": {"source": "random", "config_file": "twin/config.json", "seed": 2},
+    }
+    cfg = validate_config(base)
+    assert cfg["transformers"]["models"]["twin"]["config"]["hidden_size"] == 32
+    assert cfg["transformers"]["models"]["twin"]["like"] == ""
+    assert cfg["transformers"]["models"]["twin_file"]["config"] is None
 
 
 @pytest.mark.parametrize("mutate,key", BAD)
@@ -102,3 +142,16 @@ def test_bad_config_names_the_key(base, mutate, key):
     with pytest.raises(ConfigError) as err:
         validate_config(cfg)
     assert key in str(err.value)
+
+
+def test_modern_test_config_twins_checkpoints_of_modern(repo):
+    """config/modern_test.yaml (CI) holds tiny twins `<m>_tiny` of checkpoints `<m>` of
+    config/modern.yaml, built from a configuration (the pipeline test checks that they
+    cover every family)."""
+    modern = load_yaml(repo / "config" / "modern.yaml")["transformers"]["models"]
+    tiny = load_yaml(repo / "config" / "modern_test.yaml")["transformers"]["models"]
+    twins = [name for name in tiny if name.endswith("_tiny")]
+    assert twins
+    for name in twins:
+        assert modern[name.removesuffix("_tiny")]["source"] == "hub", name
+        assert tiny[name]["source"] == "random" and tiny[name]["config"]["model_type"], name

@@ -95,9 +95,11 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         # a module of the transformer study only: no commutator job
         ("transformers/steer.py", {"steer"} | TRANSFORMER_SUMMARIES - {"transformer_overview"}),
         ("transformers/tables.py", TRANSFORMER_SUMMARIES),
-        # the family adapters: extraction and everything computed from weights.h5
-        ("transformers/families.py", {"extract_weights", "spectra", "propagate", "steer"}
-         | TRANSFORMER_SUMMARIES),
+        # the family adapters: the random models (built as causal LMs or not by family),
+        # fetch_model (it checks a fetched model's positions through its adapter,
+        # limits.model_problems), extraction and everything computed from weights.h5
+        ("transformers/families.py", {"random_model", "fetch_model", "extract_weights",
+                                      "spectra", "propagate", "steer"} | TRANSFORMER_SUMMARIES),
         # glue every script runs: every rule
         ("workflow.py", EVERY_RULE),
         ("runtime.py", EVERY_RULE),

@@ -14,7 +14,7 @@ where it cannot run at all: SLURM missing and no apt-get, or not root):
 Without a cluster (dry runs parsed into job resources, fed to the plugin's own sbatch
 builder, since a cluster without GPUs rejects a real ``--gpus`` submission):
 
-* C: with ``resources: gpu: n`` in the config the torch rules (train_ensemble,
+* C: with ``resources: gpu: n`` in the config the torch rules (train_ensemble, spectra,
   propagate, steer) request ``--gpus`` and no other rule does;
 * D: the profile's default resources (partition, memory, runtime) reach every sbatch
   call.
@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "cluster" / "local_slurm.sh"
 PROFILE = REPO / "profiles" / "slurm"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-TORCH_RULES = {"train_ensemble", "propagate", "steer"}
+TORCH_RULES = {"train_ensemble", "spectra", "propagate", "steer"}
 RUN_TIMEOUT = 600  # seconds for one snakemake run; the whole module takes ~3-4 minutes
 TARGET = "results/reproduction.md"
 

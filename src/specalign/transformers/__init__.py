@@ -9,6 +9,10 @@ column vectors, y = W x + b, every W stored as (out, in) in float64. For a model
 * ``W_O``: (d_model, n_heads * d_head); head h uses the same columns.
 * ``F = W_O W_V`` = sum_h W_O^h W_V^h: (d_model, d_model), the matrix whose principal
   eigenvector tokens tilt towards.
+* With grouped-query attention (``n_kv_heads`` < ``n_heads``) query head h reads
+  key/value head h // (n_heads / n_kv_heads); W_K and W_V are kept expanded to n_heads
+  heads, so the two lines above hold as written. ``d_head`` may differ from
+  d_model / n_heads (a family's ``head_dim``).
 
 Modules (import them directly; this package imports nothing on purpose). Kernels:
 ``families`` (one adapter per model family, its traps named), ``weights`` (the in-memory

@@ -21,20 +21,35 @@ This module reads and writes; the kernels that compute what goes in live beside 
 that a rule that only reads a file does not depend on the code that made it.
 
 ``weights.h5`` contract (``results/transformers/{model}/weights.h5``; all float64,
-y = W x + b with W stored (out, in)):
+y = W x + b with W stored (out, in)); format_version 2:
 
 * ``F`` (block, d, d): F_b = W_O W_V of each distinct block.
 * ``layer_block`` (layer,) int64: block index used by each layer.
 * ``blocks/{b}/W_Q``, ``W_K``, ``W_V`` (n_heads*d_head, d), ``W_O`` (d, n_heads*d_head),
   ``b_Q``, ``b_K``, ``b_V`` (n_heads*d_head,), ``b_O`` (d,), ``ln_weight``,
-  ``ln_bias`` (d,).
+  ``ln_bias`` (d,): the effective gain and bias of the norm of the simplified update
+  (Gemma's stored w as the gain 1 + w; zeros for an RMSNorm's bias). With grouped-query
+  attention W_K, W_V, b_K, b_V are stored expanded to n_heads heads (query head h reads
+  key/value head h // (n_heads / n_kv_heads)), so that F = W_O W_V holds as written.
+* optional per block (v2): ``blocks/{b}/q_norm``, ``k_norm`` (d_head,), the gains of
+  the per-head RMSNorms on queries and keys (Qwen3, Gemma 3); ``blocks/{b}/post_norm``
+  (d,), the gain of the RMSNorm on the attention output (Gemma 2/3).
 * ``embedding_projection/W`` (d, embedding_size) and ``embedding_projection/b`` (d,):
-  ALBERT only.
+  ALBERT and OPT-350m (``project_in``) only.
+* ``rotary/inv_freq`` (layer, rotated_dims / 2) and ``rotary/scaling`` (layer,) (v2): the
+  inverse frequencies of each layer's rotary position embedding, and the factor on its
+  cos/sin; only when attribute ``rotary`` is not "none".
 * root attributes: ``source``, ``revision``, ``family``, ``d_model``, ``n_heads``,
   ``d_head``, ``n_layers``, ``n_blocks``, ``shared``, ``ln_position``, ``causal``,
   ``attn_scale``, ``layer_attention`` (JSON list), ``window_size`` (int or "null"),
   ``ln_eps``, ``has_bias`` (JSON list of {"Q","K","V","O": bool} per block),
-  ``convention``, ``format_version``.
+  ``convention``, ``format_version``; since v2 also ``norm`` ("layernorm" or
+  "rmsnorm"), ``n_kv_heads``, ``attn_softcap`` (float or "null"), ``residual``
+  ("sequential" or "parallel") and ``rotary`` ("none", "half" or "interleaved").
+
+Version 1 files (the four families of the paper, before the newer ones) are read with
+the version 1 meaning of the absent keys (LayerNorm, no grouped K/V, no rotary, no
+softcap, sequential residual); files of a newer version are refused with the fix.
 
 Modes of ``propagation.nc`` (Section 3 of Li & Altafini and its supplement):
 
@@ -61,8 +76,10 @@ from specalign import io
 from specalign.io import InputFileError, atomic_path, checksummed, read_h5
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 BLOCK_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight", "ln_bias")
+#: Block datasets written only for the families that have them (v2).
+OPTIONAL_BLOCK_FIELDS = ("q_norm", "k_norm", "post_norm")
 BIAS_KEYS = ("Q", "K", "V", "O")
 _ROOT_ATTRS = (
     "source",
@@ -79,6 +96,15 @@ _ROOT_ATTRS = (
     "window_size",
     "ln_eps",
 )
+#: Root attributes added by format version 2, with the meaning their absence has in a
+#: version 1 file (``attn_softcap`` is written "null" when there is none).
+_V2_ATTRS: dict[str, Any] = {
+    "norm": "layernorm",
+    "n_kv_heads": None,
+    "attn_softcap": None,
+    "residual": "sequential",
+    "rotary": "none",
+}
 
 #: The modes of ``propagation.nc``, in the order of its ``mode`` coordinate (the
 #: prolonged ones only when ``prolonged_layers`` exceeds the model's depth).
@@ -127,11 +153,23 @@ def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
         F = np.stack([blk.F for blk in mw.blocks]).astype(np.float64)
         f.create_dataset("F", data=F, chunks=(1, *F.shape[1:]), fletcher32=True)
         for b, blk in enumerate(mw.blocks):
-            for name in BLOCK_FIELDS:
-                arr = np.asarray(getattr(blk, name), dtype=np.float64)
-                f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
+            write_block(f, b, blk)
         has_bias = [{k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS} for blk in mw.blocks]
         write_weights_attrs(f, mw, has_bias, mw.d_head)
+
+
+def write_block(f: Any, b: int, blk: BlockWeights) -> None:
+    """The datasets ``blocks/{b}/...`` of one block (the optional ones when present)."""
+    for name in BLOCK_FIELDS + OPTIONAL_BLOCK_FIELDS:
+        value = getattr(blk, name)
+        if value is not None:
+            arr = np.asarray(value, dtype=np.float64)
+            f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
+
+
+def _write_array(f: Any, name: str, value: Any) -> None:
+    arr = np.asarray(value, np.float64)
+    f.create_dataset(name, data=arr, **checksummed(arr))
 
 
 def write_weights_attrs(
@@ -142,12 +180,11 @@ def write_weights_attrs(
     f.create_dataset("layer_block", data=layer_block, **checksummed(layer_block))
     if mw.embedding_projection is not None:
         bias = mw.embedding_projection_bias
-        for name, value in (
-            ("W", mw.embedding_projection),
-            ("b", np.zeros(mw.d_model) if bias is None else bias),
-        ):
-            arr = np.asarray(value, np.float64)
-            f.create_dataset(f"embedding_projection/{name}", data=arr, **checksummed(arr))
+        _write_array(f, "embedding_projection/W", mw.embedding_projection)
+        _write_array(f, "embedding_projection/b", np.zeros(mw.d_model) if bias is None else bias)
+    if mw.rotary is not None:
+        _write_array(f, "rotary/inv_freq", mw.rotary_inv_freq)
+        _write_array(f, "rotary/scaling", mw.rotary_scaling)
     attrs: dict[str, Any] = {
         "source": mw.source,
         "revision": mw.revision,
@@ -165,7 +202,13 @@ def write_weights_attrs(
         "window_size": "null" if mw.window_size is None else int(mw.window_size),
         "ln_eps": float(mw.ln_eps),
         "has_bias": json.dumps(has_bias),
-        "convention": "y = W x + b; W stored (out, in); F = W_O W_V; float64",
+        "norm": mw.norm,
+        "n_kv_heads": int(mw.n_kv_heads or mw.n_heads),
+        "attn_softcap": "null" if mw.attn_softcap is None else float(mw.attn_softcap),
+        "residual": mw.residual,
+        "rotary": mw.rotary or "none",
+        "convention": "y = W x + b; W stored (out, in); F = W_O W_V; K, V expanded to "
+        "n_heads heads; float64",
         "format_version": FORMAT_VERSION,
         **io.provenance_attrs(),  # the thread count F = W_O W_V was computed with
     }
@@ -181,7 +224,15 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
     def fail(msg: str) -> InputFileError:
         return InputFileError(f"{path}: {msg} (weights.h5 contract)")
 
-    missing = [a for a in _ROOT_ATTRS if a not in attrs]
+    version = int(attrs.get("format_version", 1))
+    if version > FORMAT_VERSION:
+        raise InputFileError(
+            f"{path}: format_version {version} is newer than this specalign reads "
+            f"({FORMAT_VERSION}); fix: update specalign, or delete the file and rerun "
+            "extract_weights"
+        )
+    required = _ROOT_ATTRS + (tuple(_V2_ATTRS) if version >= 2 else ())
+    missing = [a for a in required if a not in attrs]
     if missing:
         raise fail(f"missing root attribute(s) {', '.join(missing)}")
     if "F" not in data or "layer_block" not in data:
@@ -191,18 +242,15 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
         has_bias = _json_attr(attrs.get("has_bias"), [{}] * n_blocks)
         layer_attention = _json_attr(attrs["layer_attention"], None)
         window_size = _json_attr(attrs["window_size"], None)
+        v2 = {k: attrs.get(k, default) for k, default in _V2_ATTRS.items()}
+        v2["attn_softcap"] = _json_attr(v2["attn_softcap"], None)
     except ValueError as exc:
         raise fail(f"unparseable JSON attribute ({exc})") from exc
-    blocks = []
-    for b in range(n_blocks):
-        names = [f"blocks/{b}/{name}" for name in BLOCK_FIELDS]
-        absent = [n for n in names if n not in data]
-        if absent:
-            raise fail(f"missing {', '.join(absent)}")
-        pairs = zip(BLOCK_FIELDS, names, strict=True)
-        fields = {name: np.asarray(data[n], np.float64) for name, n in pairs}
-        blocks.append(BlockWeights(**fields, has_bias=dict(has_bias[b])))
+    blocks = [_read_block(data, b, has_bias[b], fail) for b in range(n_blocks)]
     layer_block = np.asarray(data["layer_block"], dtype=np.int64)
+    rotary = None if v2["rotary"] == "none" else str(v2["rotary"])
+    if rotary is not None and not {"rotary/inv_freq", "rotary/scaling"} <= set(data):
+        raise fail(f"rotary {rotary!r} without the datasets rotary/inv_freq, rotary/scaling")
     mw = ModelWeights(
         family=str(attrs["family"]),
         d_model=int(attrs["d_model"]),
@@ -220,9 +268,31 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
         revision=str(attrs["revision"]),
         embedding_projection=data.get("embedding_projection/W"),
         embedding_projection_bias=data.get("embedding_projection/b"),
+        norm=str(v2["norm"]),
+        n_kv_heads=None if v2["n_kv_heads"] is None else int(v2["n_kv_heads"]),
+        attn_softcap=None if v2["attn_softcap"] is None else float(v2["attn_softcap"]),
+        residual=str(v2["residual"]),
+        rotary=rotary,
+        rotary_inv_freq=data.get("rotary/inv_freq") if rotary else None,
+        rotary_scaling=data.get("rotary/scaling") if rotary else None,
     )
     _check_shapes(mw, data["F"], fail)
     return mw
+
+
+def _read_block(
+    data: Mapping[str, Any], b: int, has_bias: Mapping[str, bool], fail: Callable[[str], Any]
+) -> BlockWeights:
+    names = [f"blocks/{b}/{name}" for name in BLOCK_FIELDS]
+    absent = [n for n in names if n not in data]
+    if absent:
+        raise fail(f"missing {', '.join(absent)}")
+    pairs = zip(BLOCK_FIELDS, names, strict=True)
+    fields = {name: np.asarray(data[n], np.float64) for name, n in pairs}
+    for name in OPTIONAL_BLOCK_FIELDS:
+        if f"blocks/{b}/{name}" in data:
+            fields[name] = np.asarray(data[f"blocks/{b}/{name}"], np.float64)
+    return BlockWeights(**fields, has_bias=dict(has_bias))
 
 
 def _json_attr(value: Any, default: Any) -> Any:
@@ -250,10 +320,30 @@ def _check_shapes(mw: ModelWeights, F: np.ndarray, fail: Callable[[str], InputFi
         "ln_weight": (d,),
         "ln_bias": (d,),
     }
+    expect_optional = {"q_norm": (inner // mw.n_heads,), "k_norm": (inner // mw.n_heads,),
+                       "post_norm": (d,)}  # fmt: skip
     for b, blk in enumerate(mw.blocks):
         for name, shape in expect.items():
             if getattr(blk, name).shape != shape:
                 raise fail(f"blocks/{b}/{name} has shape {getattr(blk, name).shape}, not {shape}")
+        for name, shape in expect_optional.items():
+            value = getattr(blk, name)
+            if value is not None and value.shape != shape:
+                raise fail(f"blocks/{b}/{name} has shape {value.shape}, not {shape}")
+    if mw.norm not in ("layernorm", "rmsnorm") or mw.residual not in ("sequential", "parallel"):
+        raise fail(f"norm {mw.norm!r} / residual {mw.residual!r} not understood")
+    kv = mw.n_kv_heads or mw.n_heads
+    if kv < 1 or mw.n_heads % kv:
+        raise fail(f"n_kv_heads {kv} does not divide n_heads {mw.n_heads}")
+    if mw.rotary is not None:
+        freq, scale = mw.rotary_inv_freq, mw.rotary_scaling
+        assert freq is not None and scale is not None
+        if mw.rotary not in ("half", "interleaved") or freq.ndim != 2:
+            raise fail(f"rotary {mw.rotary!r} with inv_freq of shape {freq.shape}")
+        if freq.shape[0] != mw.n_layers or 2 * freq.shape[1] > inner // mw.n_heads:
+            raise fail(f"rotary/inv_freq {freq.shape} does not fit {mw.n_layers} layers")
+        if scale.shape != (mw.n_layers,):
+            raise fail(f"rotary/scaling has shape {scale.shape}, not ({mw.n_layers},)")
     lb = mw.layer_block
     if lb.shape != (mw.n_layers,) or (lb.size and (lb.min() < 0 or lb.max() >= len(mw.blocks))):
         raise fail(f"layer_block {lb.tolist()} inconsistent with {len(mw.blocks)} block(s)")

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from specalign.io import InputFileError, atomic_path, checksummed
+from specalign.io import InputFileError, atomic_path
 from specalign.runtime import release_freed_memory
-from specalign.transformers.contracts import BIAS_KEYS, BLOCK_FIELDS, write_weights_attrs
+from specalign.transformers.contracts import BIAS_KEYS, write_block, write_weights_attrs
 from specalign.transformers.families import FamilyAdapter, adapter_for
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
@@ -275,6 +275,10 @@ def _model_weights(
     source: str | None,
     revision: str | None,
 ) -> ModelWeights:
+    try:
+        rotary = adapter.rotary()
+    except ValueError as exc:
+        raise InputFileError(f"{model_dir / 'config.json'}: {exc}") from exc
     return ModelWeights(
         family=adapter.model_type,
         d_model=adapter.d_model,
@@ -290,6 +294,13 @@ def _model_weights(
         ln_eps=adapter.ln_eps,
         source=str(model_dir) if source is None else source,
         revision=_snapshot_revision(model_dir) if revision is None else revision,
+        norm=adapter.norm,
+        n_kv_heads=adapter.n_kv_heads,
+        attn_softcap=adapter.attn_softcap,
+        residual=adapter.residual,
+        rotary=adapter.rotary_style if rotary is not None else None,
+        rotary_inv_freq=None if rotary is None else rotary[0],
+        rotary_scaling=None if rotary is None else rotary[1],
         **extras,
     )
 
@@ -352,14 +363,12 @@ def extract_to_h5(
             fletcher32=True,
         )  # fmt: skip
 
-        def write_block(b: int, blk: BlockWeights) -> None:
+        def on_block(b: int, blk: BlockWeights) -> None:
             F[b] = blk.F
-            for name in BLOCK_FIELDS:
-                arr = np.asarray(getattr(blk, name), dtype=np.float64)
-                f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
+            write_block(f, b, blk)
             has_bias.append({k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS})
 
-        extras = _stream_blocks(model_dir, adapter, write_block)
+        extras = _stream_blocks(model_dir, adapter, on_block)
         mw = _model_weights(model_dir, config, adapter, [], extras, source, revision)
         d_head = f["blocks/0/W_V"].shape[0] // mw.n_heads
         write_weights_attrs(f, mw, has_bias, d_head)

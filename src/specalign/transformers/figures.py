@@ -44,7 +44,7 @@ from specalign.output import nanmean as _nanmean
 from specalign.output import placeholder_figure
 from specalign.transformers.contracts import MODES
 from specalign.transformers.families import FAMILIES
-from specalign.transformers.paper import MODE_FIGURES
+from specalign.transformers.paper import MODE_FIGURES, PAPER_FAMILIES
 from specalign.transformers.tables import (
     bipartite_outcomes,
     is_random_model,
@@ -835,6 +835,14 @@ def _panel_groups(models: Sequence[str], like: Mapping[str, str]) -> list[tuple[
     return groups
 
 
+def _family_title(name: str, ds: xr.Dataset) -> str:
+    """``name (family)``, marked when the paper does not study that family."""
+    fam = str(ds.attrs.get("family", ""))
+    if not fam:
+        return name
+    return f"{name} ({fam}{'' if fam in PAPER_FAMILIES else ', beyond the paper'})"
+
+
 def spectrum_overview_figure(
     spectra_by_model: Mapping[str, xr.Dataset], like: Mapping[str, str] | None = None
 ) -> tuple[Figure, str] | None:
@@ -885,7 +893,7 @@ def spectrum_overview_figure(
             for r in randoms:
                 rr = relative_gaps(spectra_by_model[r])
                 notes.append(f"{r}: {float(np.mean(rr < 0.1)):.0%}")
-            ax.set_title(name)
+            ax.set_title(_family_title(name, spectra_by_model[name]))
             ax.set_xlabel("layer $t$")
             ax.set_ylabel("Re $\\lambda_{i,t}$")
             _integer_x(ax)
@@ -896,10 +904,10 @@ def spectrum_overview_figure(
         "Real parts of the five leading eigenvalues (sorted by real part) of each layer's "
         "F_t = W_O W_V against the layer, one panel per model (paper Fig. 7, BERT/GPT-2/"
         "GPT-Neo). The paper's reading: the spectral gap Re lambda_1 - Re lambda_2 (Re "
-        "lambda_1 - Re lambda_3 for a complex lambda_1) is small in most layers. Null: the "
-        "random model whose like: names the panel's model (gray dashed), where one is configured. "
-        + "; ".join(notes)
-        + "."
+        "lambda_1 - Re lambda_3 for a complex lambda_1) is small in most layers. Each panel "
+        "names the model's family; a family the paper does not study is marked 'beyond the "
+        "paper'. Null: the random model whose like: names the panel's model (gray dashed), "
+        "where one is configured. " + "; ".join(notes) + "."
     )
     return fig, caption
 

@@ -3,9 +3,13 @@
 A prompt longer than the model's position embeddings fails deep inside torch (an
 IndexError or a size mismatch), and a steering ``target_id`` outside the vocabulary
 fails with an IndexError, both long after the workflow started. Both limits are in the
-model's config.json, which is on disk before any job runs for local, package and random
-models (a random model copies the configuration of its ``like:`` model) and for hub
-models fetched earlier (their manifest names the snapshot). ``model_config_problems`` is
+model's config.json, which is known before any job runs for local, package and random
+models (a random model copies the configuration of its ``like:`` model, of its
+``config_file:`` or the one written in its ``config:``) and for hub models fetched
+earlier (their manifest names the snapshot). The limits are read through the family
+adapter, i.e. through transformers' configuration class of the family, so that every
+family's spelling (``n_positions``, DistilBERT's ``dim`` keys) and class defaults count,
+and RoBERTa's positions that start past the padding id. ``model_config_problems`` is
 called by :func:`specalign.config.validate_config`; a hub model fetched for the first
 time is checked by the ``fetch_model`` rule as soon as its folder exists
 (:func:`model_problems`).
@@ -53,16 +57,28 @@ def model_config_problems(tcfg: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     models = tcfg.get("models", {})
     for name in sorted(models):
-        path = config_json_path(name, models, tcfg.get("cache", "resources/models"))
-        if path is None:
-            continue
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # a damaged folder: extraction names the file
-        if isinstance(config, dict):
+        config = _known_config(name, models, tcfg.get("cache", "resources/models"))
+        if config is not None:
             problems += model_problems(tcfg, name, config)
     return problems
+
+
+def _known_config(name: str, models: Mapping[str, Any], cache: str) -> Mapping[str, Any] | None:
+    """The configuration of model ``name`` when known without a download: the one written
+    in a random model's ``config:``, else its config.json on disk; None otherwise."""
+    spec = models.get(name) or {}
+    if spec.get("source") == "random" and isinstance(spec.get("config"), Mapping):
+        return spec["config"]
+    if spec.get("source") == "random" and spec.get("like") in models:
+        return _known_config(spec["like"], models, cache)
+    path = config_json_path(name, models, cache)
+    if path is None:
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # a damaged folder: extraction names the file
+    return config if isinstance(config, dict) else None
 
 
 def config_json_path(name: str, models: Mapping[str, Any], cache: str) -> Path | None:
@@ -74,6 +90,9 @@ def config_json_path(name: str, models: Mapping[str, Any], cache: str) -> Path |
     if spec is None:
         return None
     if spec["source"] == "random":
+        if spec.get("config_file"):
+            path = Path(spec["config_file"])
+            return path if path.is_file() else None
         return config_json_path(spec.get("like", ""), models, cache) if spec.get("like") else None
     if spec["source"] == "hub":
         try:

@@ -66,6 +66,10 @@ CLAIMS: dict[int, Claim] = {
 #: The checkpoints the paper studies (Section 4), for the report's comparison line.
 PAPER_MODELS = "ALBERT (base to xxlarge), BERT, GPT-2 and GPT-Neo checkpoints"
 
+#: The families (config.json ``model_type``) of those checkpoints: a model of another
+#: family is measured the same way, but its verdicts extend the paper, not reproduce it.
+PAPER_FAMILIES = ("albert", "bert", "gpt2", "gpt_neo")
+
 #: Supplement Fig. 14: the smallest perturbation of a bipartite consensus returns, the
 #: largest escapes to consensus at one of +-v1.
 FIG14_OUTCOMES = ("returns", "consensus")

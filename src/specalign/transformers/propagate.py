@@ -50,22 +50,29 @@ from specalign.io import InputFileError
 from specalign.transformers import spectra
 from specalign.transformers.contracts import MODES
 from specalign.transformers.families import family
+from specalign.transformers.sources import TOKENIZER_PATTERNS
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
 Corr = Literal["cosine", "pearson"]
 
 __all__ = [
+    "apply_rotary",
     "attention_sublayer",
     "attention_weights",
     "correlation",
     "alignment",
+    "family_norm",
     "layer_directions",
     "load_base_model",
     "layer_norm",
+    "load_base_model",
+    "model_hidden_states",
     "principal_directions",
     "propagation_metrics",
     "random_prompts",
     "real_forward_hidden_states",
+    "rms_norm",
+    "rotary_tables",
     "simplified_forward",
     "text_prompts",
     "token_distance",
@@ -90,8 +97,9 @@ def principal_directions(F: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def _schedule(mw: ModelWeights, n_layers: int | None) -> list[tuple[int, str]]:
-    """(block index, "global"/"local") for each layer of a possibly prolonged run.
+def _schedule(mw: ModelWeights, n_layers: int | None) -> list[tuple[int, str, int]]:
+    """(block index, "global"/"local", model layer) for each layer of a possibly prolonged
+    run; the model layer says whose rotary frequencies the step uses.
 
     Layers past ``mw.n_layers`` repeat the last layer (for ALBERT that is the one shared
     block), as the paper's "artificially prolonged" transformers (Figure 6).
@@ -101,7 +109,8 @@ def _schedule(mw: ModelWeights, n_layers: int | None) -> list[tuple[int, str]]:
         raise ValueError("n_layers must be >= 1")
     L = mw.n_layers
     kinds = list(mw.layer_attention) if mw.layer_attention else ["global"] * L
-    return [(int(mw.layer_block[min(t, L - 1)]), kinds[min(t, L - 1)]) for t in range(T)]
+    layers = [min(t, L - 1) for t in range(T)]
+    return [(int(mw.layer_block[ell]), kinds[ell], ell) for ell in layers]
 
 
 def layer_directions(
@@ -125,12 +134,12 @@ def layer_directions(
             )
         per_block = dict(enumerate(directions))
     else:
-        per_block = {b: principal_directions(mw.blocks[b].F) for b in {b for b, _ in sched}}
+        per_block = {b: principal_directions(mw.blocks[b].F) for b in {s[0] for s in sched}}
     keys = (
         "v1", "v2", "v_neg", "lambda_v1", "lambda_v2", "lambda_neg", "lambda1_is_complex",
         "top2_basis",
     )  # fmt: skip
-    return {k: np.array([per_block[b][k] for b, _ in sched]) for k in keys}
+    return {k: np.array([per_block[s[0]][k] for s in sched]) for k in keys}
 
 
 # --------------------------------------------------------------------------- attention
@@ -143,11 +152,26 @@ def layer_norm(X: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) 
     return (X - mu) / np.sqrt(var + eps) * weight + bias
 
 
+def rms_norm(X: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm over the last axis: x / sqrt(mean x^2 + eps) times the gain (no centring,
+    no bias; Gemma's stored w is passed as the gain 1 + w)."""
+    return X / np.sqrt((X**2).mean(axis=-1, keepdims=True) + eps) * weight
+
+
+def family_norm(mw: ModelWeights, blk: BlockWeights, X: np.ndarray) -> np.ndarray:
+    """The block's own norm (``mw.norm``: LayerNorm or RMSNorm) with its effective gain
+    and bias, applied over the last axis of X."""
+    if mw.norm == "rmsnorm":
+        return rms_norm(X, blk.ln_weight, mw.ln_eps) + blk.ln_bias
+    return layer_norm(X, blk.ln_weight, blk.ln_bias, mw.ln_eps)
+
+
 def _mask(n: int, causal: bool, kind: str, window: int | None) -> np.ndarray:
     """(n, n) boolean: True where query i may attend to key j.
 
-    Causal: j <= i. GPT-Neo "local" layers further keep only i - j < window_size (the
-    ``tril(bias) xor tril(bias, -window_size)`` of ``transformers``).
+    Causal: j <= i. "local" (sliding-window) layers further keep only i - j < window, so
+    the query sees ``window`` keys, its own included (GPT-Neo's ``tril(bias) xor
+    tril(bias, -window_size)``; Mistral's, Qwen2's, Gemma's and Phi-3's sliding windows).
     """
     allowed = np.ones((n, n), dtype=bool)
     if causal:
@@ -188,11 +212,59 @@ def _one_blas_thread() -> Any:
 _CONTROLLER: Any = None
 
 
-def _softmax_attention(mw: ModelWeights, blk: BlockWeights, kind: str, Z: np.ndarray) -> np.ndarray:
-    """(P, H, n, n) softmax(attn_scale * Q K^T) from the LayerNorm-scale inputs Z."""
+def rotary_tables(mw: ModelWeights, layer: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (n, rotated dims) of ``layer``'s rotary embedding at positions 0..n-1
+    (the prompts are unpadded), each frequency laid out as the family pairs dimensions:
+    (f, f) halves for "half", (f0, f0, f1, f1, ...) for "interleaved"."""
+    assert mw.rotary_inv_freq is not None and mw.rotary_scaling is not None
+    angle = np.arange(n, dtype=np.float64)[:, None] * mw.rotary_inv_freq[layer][None, :]
+    if mw.rotary == "interleaved":
+        angle = np.repeat(angle, 2, axis=-1)
+    else:
+        angle = np.concatenate([angle, angle], axis=-1)
+    scale = float(mw.rotary_scaling[layer])
+    return np.cos(angle) * scale, np.sin(angle) * scale
+
+
+def apply_rotary(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
+    """Rotate the first ``cos.shape[-1]`` dims of every head of x (..., n, d_head); the
+    rest pass through (partial rotary). "half" pairs dims (k, k + r/2) (rotate_half),
+    "interleaved" pairs (2k, 2k + 1) (GPT-J's rotate_every_two)."""
+    r = cos.shape[-1]
+    xr, rest = x[..., :r], x[..., r:]
+    if style == "half":
+        turned = np.concatenate([-xr[..., r // 2 :], xr[..., : r // 2]], axis=-1)
+    elif style == "interleaved":
+        turned = np.stack([-xr[..., 1::2], xr[..., 0::2]], axis=-1).reshape(xr.shape)
+    else:
+        raise ValueError(f"rotary style must be 'half' or 'interleaved', got {style!r}")
+    return np.concatenate([xr * cos + turned * sin, rest], axis=-1)
+
+
+def _queries_keys(
+    mw: ModelWeights, blk: BlockWeights, layer: int, Z: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-head queries and keys (P, H, n, d_head) as the family forms them: projection,
+    then the per-head q/k RMSNorms (Qwen3, Gemma 3), then the rotary positions."""
     Q = _heads_split(Z @ blk.W_Q.T + blk.b_Q, mw.n_heads)
     K = _heads_split(Z @ blk.W_K.T + blk.b_K, mw.n_heads)
+    if blk.q_norm is not None and blk.k_norm is not None:
+        Q, K = rms_norm(Q, blk.q_norm, mw.ln_eps), rms_norm(K, blk.k_norm, mw.ln_eps)
+    if mw.rotary is not None:
+        cos, sin = rotary_tables(mw, layer, Z.shape[-2])
+        Q, K = apply_rotary(Q, cos, sin, mw.rotary), apply_rotary(K, cos, sin, mw.rotary)
+    return Q, K
+
+
+def _softmax_attention(
+    mw: ModelWeights, blk: BlockWeights, kind: str, layer: int, Z: np.ndarray
+) -> np.ndarray:
+    """(P, H, n, n) softmax(cap(attn_scale * Q K^T)) under the layer's mask, from the
+    norm-scale inputs Z (see :func:`_queries_keys`)."""
+    Q, K = _queries_keys(mw, blk, layer, Z)
     scores = mw.attn_scale * _stacked_matmul(Q, np.swapaxes(K, -1, -2))
+    if mw.attn_softcap is not None:
+        scores = mw.attn_softcap * np.tanh(scores / mw.attn_softcap)
     allowed = _mask(Z.shape[-2], mw.causal, kind, mw.window_size)
     scores = np.where(allowed, scores, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
@@ -209,37 +281,47 @@ def _as_batch(X: np.ndarray, d: int) -> tuple[np.ndarray, bool]:
     return X, False
 
 
+def _sublayer_input(
+    mw: ModelWeights, layer: int, X: np.ndarray
+) -> tuple[np.ndarray, BlockWeights, str, int]:
+    """(Z, block, kind) of ``layer`` for the residual-stream input X (P, n, d): Z is the
+    family norm of X for pre-LN families, X itself for post-LN ones."""
+    b, kind, ell = _schedule(mw, layer + 1)[layer]
+    blk = mw.blocks[b]
+    Z = family_norm(mw, blk, X) if mw.ln_position == "pre" else X
+    return Z, blk, kind, ell
+
+
 def attention_weights(mw: ModelWeights, layer: int, X: np.ndarray) -> np.ndarray:
     """Real softmax attention of ``layer`` (0-based; past the end repeats the last layer).
 
     X is the input of the layer's attention sub-layer as the real model sees it: for
-    pre-LN families (GPT-2, GPT-Neo) the residual stream, to which the block's ``ln_1`` is
-    applied here; for post-LN families (BERT, ALBERT) the previous layer's (already
-    normalised) output, used as is. Returns (n_prompts, n_heads, n, n) (no prompt axis if
+    pre-LN families (GPT-2, Llama, ...) the residual stream, to which the block's norm is
+    applied here; for post-LN families (BERT, ALBERT, RoBERTa, DistilBERT, OPT-350m) the
+    previous layer's (already normalised) output, used as is. The scores include what
+    the family applies to them: rotary positions 0..n-1, q/k norms, scale, softcap,
+    causal mask and sliding window. Returns (n_prompts, n_heads, n, n) (no prompt axis if
     X had none).
     """
     Xb, squeeze = _as_batch(X, mw.d_model)
-    b, kind = _schedule(mw, layer + 1)[layer]
-    blk = mw.blocks[b]
-    Z = layer_norm(Xb, blk.ln_weight, blk.ln_bias, mw.ln_eps) if mw.ln_position == "pre" else Xb
-    A = _softmax_attention(mw, blk, kind, Z)
+    Z, blk, kind, ell = _sublayer_input(mw, layer, Xb)
+    A = _softmax_attention(mw, blk, kind, ell, Z)
     return A[0] if squeeze else A
 
 
 def attention_sublayer(mw: ModelWeights, layer: int, X: np.ndarray) -> np.ndarray:
     """Reconstruction of one real attention sub-layer output, before the residual add.
 
-    ``W_O concat_h(sum_j A^h_ij (W_V^h z_j + b_V^h)) + b_O`` with z = ``ln_1(x)`` for pre-LN
-    families and z = x for post-LN ones (see :func:`attention_weights`). This is what a
-    forward hook sees on BERT's ``attention.output.dense`` or GPT-2's ``attn`` (first
-    output); it checks that the ``ModelWeights`` convention reproduces the checkpoint.
+    ``W_O concat_h(sum_j A^h_ij (W_V^h z_j + b_V^h)) + b_O`` with z the family norm of x
+    for pre-LN families and z = x for post-LN ones (see :func:`attention_weights`). This
+    is what a forward hook sees on the attention output projection (BERT's
+    ``attention.output.dense``, Llama's ``o_proj``; before Gemma 2/3's post-attention
+    norm); it checks that the ``ModelWeights`` convention reproduces the checkpoint.
     X: (n, d) or (n_prompts, n, d); returns the same shape.
     """
     Xb, squeeze = _as_batch(X, mw.d_model)
-    b, kind = _schedule(mw, layer + 1)[layer]
-    blk = mw.blocks[b]
-    Z = layer_norm(Xb, blk.ln_weight, blk.ln_bias, mw.ln_eps) if mw.ln_position == "pre" else Xb
-    A = _softmax_attention(mw, blk, kind, Z)
+    Z, blk, kind, ell = _sublayer_input(mw, layer, Xb)
+    A = _softmax_attention(mw, blk, kind, ell, Z)
     V = _heads_split(Z @ blk.W_V.T + blk.b_V, mw.n_heads)
     ctx = np.moveaxis(_stacked_matmul(A, V), -3, -2)  # (P, n, H, dh)
     out = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T + blk.b_O
@@ -274,24 +356,35 @@ def simplified_forward(
     """The paper's simplified transformer from the embedding output (Section 3).
 
     ``x_i <- normalize(x_i + eta * sum_h sum_j A^h_ij F^h x_j)`` layer by layer, with F^h
-    from the block of each layer (``mw.layer_block``), no FFN, no biases in the update,
-    and the tokens kept on the unit sphere (the initial embeddings are normalised first;
-    state 0 is that normalised input).
+    from the block of each layer (``mw.layer_block``; with grouped-query attention F^h
+    reads the key/value head of query head h), no FFN, no biases in the update, and the
+    tokens kept on the unit sphere (the initial embeddings are normalised first; state 0
+    is that normalised input).
 
-    ``attention="real"``: each layer's real softmax weights
-    ``softmax(attn_scale * (W_Q z + b_Q)(W_K z + b_K)^T)`` per head. The sphere-valued x has
-    no natural scale for the query/key maps, which were trained on LayerNorm outputs, so z
-    is x passed through the layer's own affine LayerNorm (``BlockWeights.ln_weight/ln_bias``:
-    ``ln_1`` for pre-LN, the post-attention LayerNorm for post-LN families) -- the reading
-    that puts the scores at the scale the model was trained with. Causal mask when
-    ``mw.causal``; GPT-Neo "local" layers keep the sliding window.
+    ``attention="real"``: each layer's real softmax weights, computed as the family
+    computes them (our reading, the same for every family): the sphere-valued x has no
+    natural scale for the query/key maps, which were trained on normalised inputs, so z
+    is x passed through the layer's own norm (``family_norm``: LayerNorm or RMSNorm with
+    the stored effective gain, e.g. Gemma's 1 + w; the pre-attention norm for pre-LN, the
+    post-attention one for post-LN families), then q = W_Q z + b_Q, k = W_K z + b_K, the
+    per-head q/k norms (Qwen3, Gemma 3), the rotary positions 0..n-1 of the prompt
+    (half-rotation or GPT-J's interleaved pairs, partial where the family rotates part of
+    a head), ``attn_scale`` (1/sqrt(d_head), GPT-Neo's 1, Gemma 2/3's
+    query_pre_attn_scalar^-1/2), the softcap (Gemma 2), the causal mask and the sliding
+    window of "local" layers. What the families do *outside* the scores is not part of
+    the simplified update: parallel residuals (GPT-NeoX, GPT-J) add the FFN beside the
+    attention (the update is the attention half), and Gemma 2/3's post-attention RMSNorm
+    rescales each token's attention output (a positive per-token factor times the gain
+    diag(``post_norm``)): F stays W_O W_V, the paper's object, comparable across
+    families, and the gain is in weights.h5 for a reader who wants diag(g) F.
 
     ``attention="full"``: A = 1/n (causal models: A_ij = 1/i over j <= i, the local window
     is ignored); then ``sum_h A F^h = A F`` and each step is a power-method step on
     ``I + eta F`` applied to the (prefix) mean.
 
     ``n_layers`` beyond ``mw.n_layers`` prolongs the model by repeating its last layer (the
-    shared layer for ALBERT; Figure 6). Returns (n_layers + 1, n_prompts, n_tokens, d).
+    shared layer for ALBERT; Figure 6; its rotary frequencies too). Returns
+    (n_layers + 1, n_prompts, n_tokens, d).
 
     ``start`` > 0 continues a run: ``X0`` is then the state after layer ``start`` (already
     on the sphere, so not normalised again) and the result holds states ``start`` to
@@ -309,15 +402,14 @@ def simplified_forward(
     states[0] = X
     A_full = _uniform_attention(n, mw.causal) if attention == "full" else None
     F: dict[int, np.ndarray] = {}  # W_O W_V once per block: a prolonged ALBERT reuses one
-    for t, (b, kind) in enumerate(sched):
+    for t, (b, kind, layer) in enumerate(sched):
         blk = mw.blocks[b]
         if A_full is not None:
             if b not in F:
                 F[b] = blk.F
             drift = (A_full @ X) @ F[b].T
         else:
-            Z = layer_norm(X, blk.ln_weight, blk.ln_bias, mw.ln_eps)
-            A = _softmax_attention(mw, blk, kind, Z)
+            A = _softmax_attention(mw, blk, kind, layer, family_norm(mw, blk, X))
             # mixing W_V x before W_O costs H d_head d per token instead of H d^2 for F^h
             V = _heads_split(X @ blk.W_V.T, mw.n_heads)
             ctx = np.moveaxis(_stacked_matmul(A, V), -3, -2)
@@ -347,32 +439,41 @@ def real_forward_hidden_states(
     device: str = "cpu",
     dtype: Any = None,
     final_norm: bool = False,
-    model: Any = None,
 ) -> np.ndarray:
-    """Hidden states of the real model (embeddings, FFN, affine LayerNorm), Figures 11-12.
+    """Hidden states of the real model (embeddings, FFN, norms), Figures 11-12.
 
-    Loads ``AutoModel`` from a local directory (``local_files_only``: never the network)
-    and runs ``input_ids`` (n_prompts, n_tokens) with ``output_hidden_states=True``.
-    Returns float64 (n_layers + 1, n_prompts, n_tokens, d): state 0 is the embedding output
-    (for ALBERT after the embedding-to-hidden projection), state t the output of layer t.
-    Families with a final norm (the adapter's ``final_norm``: ``ln_f`` of GPT-2 and GPT-Neo)
-    apply it to their last hidden state;
-    with ``final_norm=False`` (default) it is replaced by the identity so that every state
-    is the residual stream, comparable across layers. ``dtype`` (a torch dtype) defaults
-    to float32; eager attention is used. ``model``: one already loaded by
-    :func:`load_base_model` (its final norm is replaced as described).
+    Loads ``AutoModel`` from a local directory (:func:`load_base_model`) and returns
+    :func:`model_hidden_states` of ``input_ids`` (n_prompts, n_tokens).
+    """
+    model = load_base_model(model_dir, device, dtype)
+    return model_hidden_states(model, input_ids, final_norm=final_norm)
+
+
+def model_hidden_states(model: Any, input_ids: np.ndarray, final_norm: bool = False) -> np.ndarray:
+    """The hidden states of a loaded base model on ``input_ids`` (n_prompts, n_tokens).
+
+    Returns float64 (n_layers + 1, n_prompts, n_tokens, d): state 0 is the input of layer
+    0 (the embedding output: for ALBERT after the embedding-to-hidden projection, for
+    Gemma scaled by sqrt(d), for OPT-350m after ``project_in``), state t the output of
+    layer t. ``transformers`` (5.x) replaces the last hidden state of every decoder family
+    by the model's final output (after ``ln_f``/``norm``/``final_layer_norm``, for
+    OPT-350m ``project_out`` of another width); with ``final_norm=False`` (default) the
+    model's ``config.tie_last_hidden_states`` is switched off and GPT-Neo's final norm,
+    which its own loop applies before the last state, replaced by the identity (the model
+    is changed in place), so that every state is the residual stream, comparable across
+    layers. With ``final_norm=True`` the model is left as it is.
     """
     import torch
 
     ids = np.asarray(input_ids)
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
-    if model is None:
-        model = load_base_model(model_dir, device, dtype)
-    device = str(next(model.parameters()).device)
-    norm = family(getattr(model.config, "model_type", None)).final_norm
-    if not final_norm and norm is not None:
-        setattr(model, norm, torch.nn.Identity())
+    if not final_norm:
+        model.config.tie_last_hidden_states = False
+        loop_norm = family(getattr(model.config, "model_type", None)).final_norm_in_loop
+        if loop_norm is not None:
+            setattr(model, loop_norm, torch.nn.Identity())
+    device = next(model.parameters()).device
     with torch.no_grad():
         t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
         out = model(
@@ -688,7 +789,14 @@ def text_prompts(
 
 
 def load_tokenizer(model_dir: str | Path) -> Any | None:
-    """The model's tokenizer from its folder, or None when the folder has none."""
+    """The model's tokenizer from its folder, or None when the folder has none.
+
+    A folder without any tokenizer file (a random twin built from a configuration) has
+    none: ``AutoTokenizer`` would otherwise build a vocabulary-less tokenizer of the
+    family from nothing, after seconds of imports, whose special ids are not the model's.
+    """
+    if not any(any(Path(model_dir).glob(p)) for p in TOKENIZER_PATTERNS):
+        return None
     try:
         from transformers import AutoTokenizer
 
@@ -701,7 +809,9 @@ def prompt_ids(model_dir: str | Path, cfg: Mapping[str, Any]) -> np.ndarray:
     """(n_prompts, n_tokens) token ids for the configured prompt source.
 
     ``random``: seeded uniform ids from the vocabulary without the special tokens (the
-    paper's ALBERT figures use 100 prompts of 10 tokens). ``text``: the first
+    tokenizer's, and config.json's pad/bos/eos ids for folders without a tokenizer, such as
+    random twins built from a config: a pad id inside a RoBERTa prompt would shift its
+    positions) (the paper's ALBERT figures use 100 prompts of 10 tokens). ``text``: the first
     ``n_tokens`` tokens of each line of a local file that has that many. ``dataset``:
     the same from a Hugging Face dataset's text column (needs the ``datasets`` package
     and the network).
@@ -711,6 +821,9 @@ def prompt_ids(model_dir: str | Path, cfg: Mapping[str, Any]) -> np.ndarray:
     tok = load_tokenizer(model_dir)
     if cfg["kind"] == "random":
         special = list(getattr(tok, "all_special_ids", []) or []) if tok else []
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            ids = config.get(key)
+            special += [int(i) for i in (ids if isinstance(ids, list) else [ids]) if i is not None]
         return random_prompts(
             int(config["vocab_size"]), n_prompts, n_tokens, int(cfg["seed"]), special
         )

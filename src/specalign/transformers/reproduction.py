@@ -24,7 +24,7 @@ import xarray as xr
 
 from specalign import io
 from specalign.output import to_markdown
-from specalign.transformers.paper import CLAIMS, FIG14_OUTCOMES, PAPER_MODELS
+from specalign.transformers.paper import CLAIMS, FIG14_OUTCOMES, PAPER_FAMILIES, PAPER_MODELS
 from specalign.transformers.tables import (
     GAMMA_CONVERGED,
     JACOBIAN_TOL,
@@ -500,7 +500,38 @@ def _section6(prop_by_model: Mapping[str, xr.Dataset]) -> Part:
     return parts, differences
 
 
-def _introduction(models: set[str], like: Mapping[str, str]) -> list[str]:
+def _families(datasets: Mapping[str, xr.Dataset]) -> dict[str, str]:
+    """model -> family (config.json model_type) recorded in its files."""
+    return {m: str(ds.attrs.get("family", "unknown")) for m, ds in datasets.items()}
+
+
+def _family_lines(families: Mapping[str, str]) -> list[str]:
+    """Which models belong to the paper's families and which are ours beyond the paper."""
+    by_family: dict[str, list[str]] = {}
+    for model, fam in families.items():
+        by_family.setdefault(fam, []).append(model)
+    rows = [
+        {
+            "family": fam,
+            "models": _models_line(by_family[fam]),
+            "in the paper": "yes" if fam in PAPER_FAMILIES else "no: ours, beyond the paper",
+        }
+        for fam in sorted(by_family, key=lambda f: (f not in PAPER_FAMILIES, f))
+    ]
+    return [
+        _table(
+            rows,
+            "Models by family. Every model, of the paper's families or not, is measured by "
+            "the same rules, beside the same null levels and its random-weight twin where "
+            "one is configured; for the families the paper does not study the verdicts "
+            "extend its claims rather than reproduce them.",
+        )
+    ]
+
+
+def _introduction(
+    models: set[str], like: Mapping[str, str], families: Mapping[str, str]
+) -> list[str]:
     twins = [f"{r} (like {m})" for r, m in sorted(like.items()) if r in models]
     return [
         "# Reproduction of Li & Altafini (arXiv:2605.25619): transformer layers as power-method "
@@ -512,6 +543,7 @@ def _introduction(models: set[str], like: Mapping[str, str]) -> list[str]:
         + (", ".join(twins) if twins else "none")
         + ". Layers are 1-based.",
         "",
+        *_family_lines(families),
         "Null levels. *Random direction*: the same metric against random unit directions "
         "instead of v1_t (E|cos| ~ sqrt(2/(pi d))). *Most negative eigenvector*: against the "
         "eigenvector of F_t's most negative real eigenvalue. Rules, fixed before looking at "
@@ -528,11 +560,23 @@ def _introduction(models: set[str], like: Mapping[str, str]) -> list[str]:
     ]
 
 
-def _where_ours_differ(models: set[str], differences: list[str]) -> list[str]:
+def _where_ours_differ(
+    models: set[str], families: Mapping[str, str], differences: list[str]
+) -> list[str]:
+    beyond = sorted({f for f in families.values() if f not in PAPER_FAMILIES})
     return [
         "## Where ours differ from the paper",
         "",
         "- Models: ours are " + _models_line(models) + f"; the paper uses {PAPER_MODELS}.",
+        *(
+            [
+                f"- Families the paper does not study: {', '.join(beyond)} (models "
+                + _models_line(m for m, f in families.items() if f not in PAPER_FAMILIES)
+                + "): their verdicts are ours, beyond the paper."
+            ]
+            if beyond
+            else []
+        ),
         "- The paper's figures show no chance level; ours put every alignment beside a "
         "random-direction null and a random-weight twin.",
         "- When lambda_1 of F_t is complex, gamma uses the leading *real* eigenvector "
@@ -583,7 +627,10 @@ def reproduction_markdown(
     """
     like = dict(like or {})
     models = set(spectra_by_model) | set(prop_by_model) | set(steer_by_model)
-    lines = _introduction(models, like) + _input_warnings(prop_by_model, steer_by_model)
+    families = {**_families(steer_by_model), **_families(prop_by_model)}
+    families.update(_families(spectra_by_model))
+    lines = _introduction(models, like, families)
+    lines += _input_warnings(prop_by_model, steer_by_model)
     differences: list[str] = []
     for parts, diffs in (
         _section1(prop_by_model, like),
@@ -595,7 +642,7 @@ def reproduction_markdown(
     ):
         lines += parts
         differences += diffs
-    lines += _where_ours_differ(models, differences)
+    lines += _where_ours_differ(models, families, differences)
     return "\n".join(lines)
 
 

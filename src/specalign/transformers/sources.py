@@ -487,14 +487,14 @@ def make_random_model(
     ``config_source`` is a model folder (its tokenizer files are copied too), a
     config.json path, or a config dict with ``model_type``. Weights come from
     transformers' own initialisation under ``torch.manual_seed(seed)`` in float32, so the
-    baseline has the family's initial scale. Saved as safetensors into a temporary
-    folder (marked as the workflow's, :data:`OWNER_MARKER`) that is renamed to
-    ``out_dir`` once complete. An ``out_dir`` that the workflow did not create is never
-    replaced; partial folders left by a killed writer are removed first. Returns
-    ``out_dir``.
+    baseline has the family's initial scale; causal LMs are saved with their LM head
+    (:func:`_random_model_class`). Saved as safetensors into a temporary folder (marked
+    as the workflow's, :data:`OWNER_MARKER`) that is renamed to ``out_dir`` once
+    complete. An ``out_dir`` that the workflow did not create is never replaced; partial
+    folders left by a killed writer are removed first. Returns ``out_dir``.
     """
     import torch
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoConfig
 
     out_dir = Path(out_dir)
     _refuse_foreign(out_dir)  # before minutes of work, not after
@@ -513,7 +513,7 @@ def make_random_model(
         config = AutoConfig.from_pretrained(str(source_dir), local_files_only=True)
 
     torch.manual_seed(seed)
-    model = AutoModel.from_config(config, dtype=torch.float32)
+    model = _random_model_class(config.model_type).from_config(config, dtype=torch.float32)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
@@ -535,6 +535,18 @@ def make_random_model(
             shutil.rmtree(tmp)
         raise
     return out_dir
+
+
+def _random_model_class(model_type: str) -> Any:
+    """The class a random model is built with: the causal LM for families whose steering
+    reads next-token probabilities (an LM head left out of the checkpoint would be drawn
+    afresh, unseeded, at every load of an untied head), else the base model. An
+    unsupported family fails here, before anything is written."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    from specalign.transformers.families import family
+
+    return AutoModelForCausalLM if family(model_type).causal_lm else AutoModel
 
 
 _SOURCE_FIELDS = {"hub": ("id", "revision"), "local": ("path",), "package": ("package",)}

@@ -9,7 +9,9 @@ I + eta F repairs that only for eta below the paper's bound (Theorem 3):
 eta < 2 / |lambda_1 + lambda_d| when -lambda_d > lambda_1, lambda_d being the
 eigenvalue with the most negative real part.
 
-Conventions (all computed in float64 with LAPACK ``geev`` via numpy):
+Conventions (all computed in float64 with LAPACK ``geev`` via numpy, or with
+``torch.linalg.eig`` in float64 on a CUDA device when the job was granted a GPU: d = 4096
+models such as Mistral 7B take tens of minutes per model on two CPU cores):
 
 * Eigenvalues are sorted by real part descending, ties (a conjugate pair) by imaginary
   part descending, so lambda_1 of a complex pair has positive imaginary part.
@@ -48,6 +50,25 @@ from specalign.transformers.weights import ModelWeights
 def _order(eigenvalues: np.ndarray) -> np.ndarray:
     """Sort order: real part descending, then imaginary part descending."""
     return np.lexsort((-eigenvalues.imag, -eigenvalues.real))
+
+
+def eig(
+    F: np.ndarray, vectors: bool = True, device: str = "cpu"
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Eigenvalues (complex128) and, with ``vectors``, right eigenvectors (columns) of the
+    float64 matrix ``F``, unsorted: numpy's LAPACK ``geev`` on the CPU, ``torch.linalg.eig``
+    in float64 on ``device`` otherwise (a CUDA device). Both return real eigenvalues of a
+    real matrix with an exactly zero imaginary part and conjugate pairs as such."""
+    F = np.asarray(F, dtype=np.float64)
+    if device == "cpu":
+        return np.linalg.eig(F) if vectors else (np.linalg.eigvals(F), None)
+    import torch
+
+    T = torch.as_tensor(F, dtype=torch.float64, device=device)
+    if vectors:
+        lam, vecs = torch.linalg.eig(T)
+        return lam.cpu().numpy(), vecs.cpu().numpy()
+    return torch.linalg.eigvals(T).cpu().numpy(), None
 
 
 def eigvals_fast(F: np.ndarray) -> np.ndarray:
@@ -101,9 +122,11 @@ def eta_bound(lam: np.ndarray) -> float:
     return 2.0 / abs(l1 + ld) if -ld > l1 else float("inf")
 
 
-def sorted_eig(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenvalues and right eigenvectors (columns) of ``F`` in the module's sort order."""
-    lam, vecs = np.linalg.eig(np.asarray(F, dtype=np.float64))
+def sorted_eig(F: np.ndarray, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues and right eigenvectors (columns) of ``F`` in the module's sort order,
+    computed on ``device`` (:func:`eig`)."""
+    lam, vecs = eig(F, True, device)
+    assert vecs is not None
     order = _order(lam)
     return lam[order], vecs[:, order]
 
@@ -181,7 +204,9 @@ def block_directions(ds: Any, path: str = "spectra.nc") -> list[dict[str, Any]]:
     return out
 
 
-def spectrum(F: np.ndarray, eta: float, vectors: bool = True) -> dict[str, Any]:
+def spectrum(
+    F: np.ndarray, eta: float, vectors: bool = True, device: str = "cpu"
+) -> dict[str, Any]:
     """Spectral summary of one layer matrix ``F`` (see the module doc for definitions).
 
     Returns a dict with ``eigenvalues`` (complex, sorted), ``gap``,
@@ -189,16 +214,18 @@ def spectrum(F: np.ndarray, eta: float, vectors: bool = True) -> dict[str, Any]:
     ``lambda_I_plus_etaF`` (complex), ``dominant_is_lambda1``, ``eta_bound`` and, when
     ``vectors``: ``v1``, ``v2`` (complex, unit, phase-fixed), ``v1_leading_real``
     (real, the vector propagation's gamma uses) and ``v1_plane`` (2, d), and ``directions``
-    (:func:`directions`). With ``vectors=False`` only eigenvalues are computed (``eigvals_fast``).
+    (:func:`directions`). With ``vectors=False`` only eigenvalues are computed.
+    ``device``: where the decomposition runs (see :func:`eig`).
     """
     F = np.asarray(F, dtype=np.float64)
     if F.ndim != 2 or F.shape[0] != F.shape[1]:
         raise ValueError(f"F must be square, got shape {F.shape}")
     d = F.shape[0]
     if vectors:
-        lam, vecs = sorted_eig(F)
+        lam, vecs = sorted_eig(F, device)
     else:
-        lam, vecs = eigvals_fast(F), None
+        lam, vecs = eig(F, False, device)
+        lam = lam[_order(lam)]
     complex1 = bool(lam[0].imag != 0)
     k_rad = int(np.argmax(np.abs(lam)))  # first maximum = larger real part on ties
     shifted = 1.0 + eta * lam
@@ -263,7 +290,11 @@ def map_blocks(fn: Callable[[Any], Any], items: Sequence[Any], threads: int = 1)
 
 
 def spectra_dataset(
-    mw: ModelWeights, eta: float, n_eigs: int | None = None, threads: int = 1
+    mw: ModelWeights,
+    eta: float,
+    n_eigs: int | None = None,
+    threads: int = 1,
+    device: str = "cpu",
 ) -> Any:
     """``spectra.nc`` content for every distinct block of ``mw`` (shared blocks once).
 
@@ -281,13 +312,19 @@ def spectra_dataset(
     ``direction_v1``, ``direction_v2``, ``direction_v_neg`` (block, component),
     ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` (block,) and ``direction_basis``
     (block, component, basis), read back by :func:`block_directions`. ``threads``:
-    decompose up to that many blocks at once (:func:`map_blocks`).
+    decompose up to that many blocks at once (:func:`map_blocks`) on the CPU.
+    ``device``: where the decompositions run (the CPU, or a CUDA device, one block at a
+    time; :func:`eig`).
     """
     import xarray as xr
 
     d = mw.d_model
     n = d if n_eigs is None else max(1, min(int(n_eigs), d))
-    per_block = map_blocks(lambda blk: spectrum(blk.F, eta, vectors=True), mw.blocks, threads)
+    per_block = map_blocks(
+        lambda blk: spectrum(blk.F, eta, vectors=True, device=device),
+        mw.blocks,
+        threads if device == "cpu" else 1,
+    )
 
     def stack(key: str, part: str | None = None) -> np.ndarray:
         arr = np.stack([np.asarray(s[key]) for s in per_block])

@@ -414,7 +414,8 @@ def model_inputs(
     the input embedding of ``token_id`` as stored (embedding_size,), both float64, from
     one load of the model (freed on return)."""
     model = propagate.load_base_model(model_dir, device)
-    X0 = propagate.real_forward_hidden_states(model_dir, ids, model=model)[0]
+    # the residual stream as last state: OPT-350m's own last state has another width
+    X0 = propagate.model_hidden_states(model, ids, final_norm=False)[0]
     e = model.get_input_embeddings().weight[int(token_id)].detach().to("cpu").double().numpy()
     del model
     gc.collect()
@@ -422,9 +423,9 @@ def model_inputs(
 
 
 def model_space(mw: ModelWeights, e: np.ndarray) -> np.ndarray:
-    """An input embedding in model space (d_model,): ALBERT embeds in a smaller space and
-    projects to the hidden size (``mw.embedding_projection``), so that u lives where the
-    tokens do; the other families embed in model space already."""
+    """An input embedding in model space (d_model,): ALBERT and OPT-350m embed in a smaller
+    space and project to the hidden size (``mw.embedding_projection``), so that u lives
+    where the tokens do; the other families embed in model space already."""
     e = np.asarray(e, dtype=np.float64)
     if getattr(mw, "embedding_projection", None) is not None:
         e = mw.embedding_projection @ e

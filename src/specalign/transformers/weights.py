@@ -16,11 +16,18 @@ import numpy as np
 class BlockWeights:
     """Attention weights of one distinct layer (float64, y = W x + b convention).
 
-    ``ln_weight``/``ln_bias`` are the affine parameters of the LayerNorm that the
-    simplified power-method update reads as normalisation onto the sphere: the
-    post-attention LayerNorm for post-LN families (BERT, ALBERT), the pre-attention
-    ``ln_1`` for pre-LN families (GPT-2, GPT-Neo). Families without a bias store zeros
-    and say so in ``has_bias``.
+    ``ln_weight``/``ln_bias`` are the effective gain and bias of the norm (LayerNorm or
+    RMSNorm, ``ModelWeights.norm``) that the simplified power-method update reads: the
+    post-attention norm for post-LN families (BERT, ALBERT, RoBERTa, DistilBERT, OPT-350m),
+    the pre-attention one for pre-LN families (GPT-2, GPT-Neo, Llama, ...). Gemma's
+    x_hat (1 + w) is stored as the gain 1 + w, RMSNorms as a zero bias. With grouped-query
+    attention W_K, W_V, b_K, b_V are expanded to one row block per query head (query head
+    h reads key/value head h // (n_heads / n_kv_heads)). Families without a bias store
+    zeros and say so in ``has_bias``.
+
+    Optional, per family: ``q_norm``/``k_norm`` (d_head,), the gains of the per-head
+    RMSNorms on queries and keys (Qwen3, Gemma 3), and ``post_norm`` (d_model,), the gain
+    of the RMSNorm on the attention output (Gemma 2/3: x + post_norm(attn(norm x))).
     """
 
     W_Q: np.ndarray  # (n_heads*d_head, d_model)
@@ -34,6 +41,9 @@ class BlockWeights:
     ln_weight: np.ndarray  # (d_model,)
     ln_bias: np.ndarray  # (d_model,)
     has_bias: dict[str, bool] = field(default_factory=dict)
+    q_norm: np.ndarray | None = None  # (d_head,)
+    k_norm: np.ndarray | None = None  # (d_head,)
+    post_norm: np.ndarray | None = None  # (d_model,)
 
     @property
     def F(self) -> np.ndarray:
@@ -45,24 +55,33 @@ class BlockWeights:
 class ModelWeights:
     """All distinct attention blocks of a model plus what propagation needs to know."""
 
-    family: str  # "bert" | "albert" | "gpt2" | "gpt_neo"
+    family: str  # a model_type of specalign.transformers.families.FAMILIES
     d_model: int
     n_heads: int
     n_layers: int
     blocks: list[BlockWeights]
     layer_block: np.ndarray  # (n_layers,) int: block index of each layer
-    ln_position: str  # "post" (BERT/ALBERT) or "pre" (GPT-2/GPT-Neo)
+    ln_position: str  # "post" (BERT/ALBERT/...) or "pre" (GPT-2/Llama/...)
     causal: bool
-    attn_scale: float  # multiplies Q K^T: 1/sqrt(d_head), or 1.0 for GPT-Neo
-    layer_attention: list[str]  # per layer: "global" or "local"
-    window_size: int | None = None  # GPT-Neo local attention window
+    attn_scale: float  # multiplies Q K^T: 1/sqrt(d_head), 1.0 for GPT-Neo, Gemma 2/3's own
+    layer_attention: list[str]  # per layer: "global" or "local" (sliding window)
+    window_size: int | None = None  # keys a "local" layer's query sees, its own included
     ln_eps: float = 1e-5
     source: str = ""
     revision: str = ""
-    # ALBERT only: token embeddings live in ``embedding_size`` dims and enter layer 0
-    # through y = P e + p; propagation from embeddings needs P (d_model, embedding_size).
+    # ALBERT, OPT-350m: token embeddings live in a smaller space and enter layer 0
+    # through y = P e + p; a steering target from an embedding row needs P (d_model, e).
     embedding_projection: np.ndarray | None = None
     embedding_projection_bias: np.ndarray | None = None  # (d_model,)
+    norm: str = "layernorm"  # "layernorm" (centred, affine) or "rmsnorm" (x/rms(x) * gain)
+    n_kv_heads: int | None = None  # key/value heads before expansion (None: n_heads)
+    attn_softcap: float | None = None  # scores s -> cap tanh(s / cap) (Gemma 2)
+    residual: str = "sequential"  # or "parallel": attention and FFN both read x
+    # Rotary positions of q and k: "half" (rotate_half) or "interleaved" (GPT-J), with
+    # per-layer inverse frequencies (n_layers, rotated dims / 2) and cos/sin factors.
+    rotary: str | None = None
+    rotary_inv_freq: np.ndarray | None = None
+    rotary_scaling: np.ndarray | None = None  # (n_layers,)
 
     @property
     def shared(self) -> bool:

@@ -1,0 +1,509 @@
+"""Every family adapter against the instantiated modules of a tiny random model.
+
+For each case of ``tests/tiny_models.py`` (one per supported ``model_type``, plus OPT's
+post-LN 350m layout), built and saved offline as the hub's head-model checkpoints are:
+
+* F read back from ``weights.h5`` equals the linear map measured from the attention
+  module: noise is fed into the module that produces V (so that LayerNorm's zero-mean
+  output cannot hide F's action on the ones direction) and read at the output
+  projection; where 1 < n_kv_heads < n_heads the wrong h % KV head mapping is shown to
+  give another F;
+* the attention weights and the attention output rebuilt from ``weights.h5`` (rotary
+  positions, q/k norms, scale, softcap, windows) equal the module's eager ones;
+* the real-model states equal Hugging Face's hidden states, the last one being the
+  residual stream (not the final norm's output);
+* the simplified update with uniform attention equals its closed form on the measured F;
+* steering through the family's output projection makes the target an eigenvector of the
+  F measured from the modified module.
+
+Everything runs under ``tiny_models.float64_everywhere`` (the modules compute in float64
+end to end), so the comparisons hold to round-off (1e-10 and below); the last test checks
+the production path, a stock float32 model, at the float32 level.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tiny_models
+import torch
+from tiny_models import CONFIGS, float64_everywhere
+
+from specalign.io import InputFileError
+from specalign.transformers import propagate as prop
+from specalign.transformers import steer as st
+from specalign.transformers.contracts import read_weights_h5
+from specalign.transformers.extract import extract, extract_to_h5
+from specalign.transformers.families import FAMILIES, expand_kv, family
+
+torch.set_num_threads(1)
+
+#: model_type -> (layer list in the base model, module fed with the noise (the one that
+#: produces V), output projection), relative to one layer.
+MODULES = {
+    "bert": ("encoder.layer", "attention.self", "attention.output.dense"),
+    "roberta": ("encoder.layer", "attention.self", "attention.output.dense"),
+    "distilbert": ("transformer.layer", "attention", "attention.out_lin"),
+    "albert": ("encoder.albert_layer_groups.0.albert_layers", "attention", "attention.dense"),
+    "gpt2": ("h", "attn", "attn.c_proj"),
+    "gpt_neo": ("h", "attn.attention", "attn.attention.out_proj"),
+    "gpt_neox": ("layers", "attention", "attention.dense"),
+    "gptj": ("h", "attn", "attn.out_proj"),
+    "opt": ("decoder.layers", "self_attn", "self_attn.out_proj"),
+    **{
+        mt: ("layers", "self_attn", "self_attn.o_proj")
+        for mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")
+    },
+}
+CASES = sorted(CONFIGS)
+N_PROMPTS, N_TOKENS = 2, 8  # longer than every window of the tiny models
+
+
+def test_every_family_has_a_tiny_model() -> None:
+    assert set(tiny_models.BUILDERS) == set(FAMILIES) == set(MODULES)
+    assert {cfg["model_type"] for cfg in CONFIGS.values()} == set(FAMILIES)
+
+
+class Case:
+    """One tiny model: the torch model, its folder, the extracted weights."""
+
+    def __init__(self, name: str, folder: Path) -> None:
+        self.name = name
+        self.model_type = CONFIGS[name]["model_type"]
+        with float64_everywhere():
+            self.model, self.folder = tiny_models.save(name, folder)
+            extract_to_h5(self.folder, folder / "weights.h5")
+            self.mw = read_weights_h5(folder / "weights.h5")
+        self.base = self.model.base_model
+        layers, self.attn_path, self.out_path = MODULES[self.model_type]
+        self.layers = self.base.get_submodule(layers)
+        cfg = self.model.config
+        self.ids = torch.as_tensor(
+            prop.random_prompts(cfg.vocab_size, N_PROMPTS, N_TOKENS, seed=3, special_ids_to_avoid=[
+                i for i in (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id) if i is not None
+            ])
+        )  # fmt: skip
+
+    def layer(self, i: int) -> Any:
+        return self.layers[0 if self.mw.shared else i]
+
+    def measured_F(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(F, c) with out = F x + c, least squares over noise x fed into layer i's
+        attention module (sequences of one token: the softmax is exactly 1)."""
+        d = self.mw.d_model
+        X = torch.randn(
+            2 * d + 8, 1, d, generator=torch.Generator().manual_seed(i), dtype=torch.float64
+        )
+        Y = _with_input_replaced(self, i, X)
+        design = np.concatenate([X[:, 0].numpy(), np.ones((X.shape[0], 1))], axis=1)
+        sol, *_ = np.linalg.lstsq(design, Y, rcond=None)
+        return sol[:d].T, sol[d]
+
+
+def _with_input_replaced(case: Case, i: int, X: torch.Tensor) -> np.ndarray:
+    """Layer i's output-projection output when its attention module reads X."""
+    layer = case.layer(i)
+    captured: list[torch.Tensor] = []
+
+    def feed(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (X, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": X}
+
+    def read(module: Any, args: tuple, out: torch.Tensor) -> None:
+        if not captured:  # ALBERT's shared layer runs once per layer: keep layer 0's
+            captured.append(out.detach().clone())
+
+    hooks = [
+        layer.get_submodule(case.attn_path).register_forward_pre_hook(feed, with_kwargs=True),
+        layer.get_submodule(case.out_path).register_forward_hook(read),
+    ]
+    ids = torch.full((X.shape[0], 1), int(case.ids[0, 0]))
+    try:
+        with float64_everywhere(), torch.no_grad():
+            case.base(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for h in hooks:
+            h.remove()
+    return captured[0][:, 0].numpy()
+
+
+class _Cases(dict):
+    """Case name -> Case, each built on first use (tests of one case need only it)."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.factory = factory
+
+    def __missing__(self, name: str) -> Case:
+        self[name] = Case(name, self.factory.mktemp(name))
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    return _Cases(tmp_path_factory)
+
+
+# --------------------------------------------------------------------------- F
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_F_equals_the_map_measured_from_the_attention_module(cases: dict, name: str) -> None:
+    case = cases[name]
+    mw = case.mw
+    for b, blk in enumerate(mw.blocks):
+        F, c = case.measured_F(b)
+        scale = np.abs(F).max()
+        np.testing.assert_allclose(blk.F, F, rtol=0, atol=1e-10 * scale, err_msg=f"{name} {b}")
+        np.testing.assert_allclose(blk.W_O @ blk.b_V + blk.b_O, c, rtol=0, atol=1e-10 * scale)
+        dh = mw.d_head
+        per_head = sum(
+            blk.W_O[:, h * dh : (h + 1) * dh] @ blk.W_V[h * dh : (h + 1) * dh]
+            for h in range(mw.n_heads)
+        )
+        np.testing.assert_allclose(per_head, F, rtol=0, atol=1e-10 * scale)
+        kv = mw.n_kv_heads or mw.n_heads
+        if 1 < kv < mw.n_heads:  # the h % KV reading of grouped-query attention is wrong
+            compact = blk.W_V.reshape(mw.n_heads, dh, -1)[:: mw.n_heads // kv].reshape(kv * dh, -1)
+            np.testing.assert_array_equal(expand_kv(compact, mw.n_heads, kv), blk.W_V)
+            wrong = blk.W_O @ np.tile(compact, (mw.n_heads // kv, 1))
+            assert np.abs(wrong - F).max() > 1e-3 * scale
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_weights_h5_describes_the_family(cases: dict, name: str) -> None:
+    case = cases[name]
+    mw, cfg = case.mw, case.model.config
+    adapter = family(case.model_type)
+    assert mw.family == case.model_type and mw.norm == adapter.norm
+    assert mw.d_head * mw.n_heads == case.mw.blocks[0].W_O.shape[1]
+    assert mw.n_kv_heads == (getattr(cfg, "num_key_value_heads", None) or mw.n_heads)
+    with float64_everywhere():
+        in_memory = extract(case.folder)  # the streamed file holds what extract() holds
+    for a, b in zip(in_memory.blocks, mw.blocks, strict=True):
+        for field in ("W_Q", "W_K", "W_V", "W_O", "ln_weight", "ln_bias", "q_norm", "post_norm"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert (x is None) == (y is None)
+            if x is not None:
+                np.testing.assert_array_equal(x, y)
+    for field in ("rotary", "attn_softcap", "residual", "window_size", "layer_attention"):
+        assert getattr(in_memory, field) == getattr(mw, field), field
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_base_model_checkpoint_extracts_the_same(cases: dict, name: str, tmp_path: Path) -> None:
+    """Base models save without the head prefix (OPT's still start with decoder.)."""
+    case = cases[name]
+    case.base.save_pretrained(str(tmp_path))
+    with float64_everywhere():
+        base = extract(tmp_path)
+    for a, b in zip(base.blocks, case.mw.blocks, strict=True):
+        np.testing.assert_array_equal(a.F, b.F)
+        np.testing.assert_array_equal(a.W_Q, b.W_Q)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _run(case: Case, **kwargs: Any) -> tuple[Any, list[np.ndarray]]:
+    """The base model on the test prompts, and each layer's output-projection output."""
+    outs: list[np.ndarray] = []
+    hooks = [
+        case.layer(i)
+        .get_submodule(case.out_path)
+        .register_forward_hook(lambda m, a, o: outs.append(o.detach().numpy().copy()))
+        for i in range(1 if case.mw.shared else case.mw.n_layers)
+    ]
+    try:
+        with float64_everywhere(), torch.no_grad():
+            out = case.base(input_ids=case.ids, attention_mask=torch.ones_like(case.ids), **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, outs
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_attention_from_weights_h5_equals_the_module(cases: dict, name: str) -> None:
+    case = cases[name]
+    mw = case.mw
+    out, proj = _run(case, output_attentions=True, output_hidden_states=True)
+    assert len(out.attentions) == mw.n_layers
+    for i in range(mw.n_layers):
+        X = out.hidden_states[i].numpy()  # the input of layer i
+        A = prop.attention_weights(mw, i, X)
+        A_mod = out.attentions[i].numpy()
+        np.testing.assert_allclose(A, A_mod, rtol=0, atol=1e-10, err_msg=f"{name} layer {i}")
+        if mw.layer_attention[i] == "local":  # the window bites: the last query sees W keys
+            assert (A_mod[0, 0, -1] > 0).sum() == mw.window_size < N_TOKENS
+        o = prop.attention_sublayer(mw, i, X)
+        np.testing.assert_allclose(o, proj[i % len(proj)], rtol=0, atol=1e-10 * np.abs(o).max())
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_real_states_are_the_hidden_states_and_the_residual_stream(cases: dict, name: str) -> None:
+    case = cases[name]
+    last: list[np.ndarray] = []
+    hook = case.layers[-1].register_forward_hook(
+        lambda m, a, o: last.append((o[0] if isinstance(o, tuple) else o).detach().numpy())
+    )
+    try:
+        out, _ = _run(case, output_hidden_states=True)
+    finally:
+        hook.remove()
+    with float64_everywhere():
+        states = prop.real_forward_hidden_states(case.folder, case.ids.numpy(), dtype=torch.float64)
+    hs = [h.numpy() for h in out.hidden_states]
+    assert states.shape[0] == len(hs) == case.mw.n_layers + 1
+    for t in range(case.mw.n_layers):
+        np.testing.assert_allclose(states[t], hs[t], rtol=0, atol=1e-12, err_msg=f"state {t}")
+    np.testing.assert_allclose(states[-1], last[-1], rtol=0, atol=1e-12)
+    if case.mw.causal:  # decoders: transformers' own last state is after the final norm
+        assert hs[-1].shape != states[-1].shape or np.abs(hs[-1] - states[-1]).max() > 1e-3
+
+
+# --------------------------------------------------------------------------- updates
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_uniform_simplified_update_is_its_closed_form(cases: dict, name: str) -> None:
+    """x_i <- normalize(x_i + eta F m_i), m_i the mean of the tokens x_i may see, with F
+    measured from the modules."""
+    case = cases[name]
+    mw, eta = case.mw, 0.7
+    X0 = np.random.default_rng(0).standard_normal((N_PROMPTS, N_TOKENS, mw.d_model))
+    states = prop.simplified_forward(mw, X0, eta, "full", n_layers=mw.n_layers + 2)
+    X = X0 / np.linalg.norm(X0, axis=-1, keepdims=True)
+    Fs = [case.measured_F(int(b))[0] for b in mw.layer_block]
+    for t in range(mw.n_layers + 2):
+        F = Fs[min(t, mw.n_layers - 1)]
+        if mw.causal:
+            M = np.cumsum(X, axis=1) / np.arange(1, N_TOKENS + 1)[:, None]
+        else:
+            M = np.broadcast_to(X.mean(axis=1, keepdims=True), X.shape)
+        Y = X + eta * M @ F.T
+        X = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
+        np.testing.assert_allclose(states[t + 1], X, rtol=0, atol=1e-10, err_msg=f"layer {t}")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_simplified_real_update_uses_the_family_attention(cases: dict, name: str) -> None:
+    """One step of simplified_real equals normalize(x + eta W_O (A (W_V x))) with A the
+    module's own attention weights on the family norm of the sphere-valued tokens."""
+    case = cases[name]
+    mw, eta = case.mw, 0.5
+    X0 = np.random.default_rng(1).standard_normal((N_PROMPTS, N_TOKENS, mw.d_model))
+    step = prop.simplified_forward(mw, X0, eta, "real", n_layers=1)[1]
+    X = X0 / np.linalg.norm(X0, axis=-1, keepdims=True)
+    blk = mw.blocks[int(mw.layer_block[0])]
+    Z = prop.family_norm(mw, blk, X)
+    pre = mw.ln_position == "pre"
+    A = prop.attention_weights(mw, 0, X if pre else Z)  # pre-LN families normalise inside
+    V = (X @ blk.W_V.T).reshape(N_PROMPTS, N_TOKENS, mw.n_heads, -1).transpose(0, 2, 1, 3)
+    drift = (A @ V).transpose(0, 2, 1, 3).reshape(N_PROMPTS, N_TOKENS, -1) @ blk.W_O.T
+    Y = X + eta * drift
+    np.testing.assert_allclose(step, Y / np.linalg.norm(Y, axis=-1, keepdims=True), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", [c for c in CASES if family(CONFIGS[c]["model_type"]).causal_lm])
+def test_steering_through_the_output_projection(cases: dict, name: str) -> None:
+    """The min-norm W_O (with the expanded W_V) written into the causal LM's output
+    projection makes u an eigenvector of the F measured from the modified module, and
+    moves the next-token probability."""
+    case = cases[name]
+    mw = case.mw
+    E = case.model.get_input_embeddings().weight.detach().numpy()
+    u = E[5] / np.linalg.norm(E[5])
+    if mw.embedding_projection is not None:  # OPT-350m: embeddings live in fewer dims
+        u = mw.embedding_projection @ E[5]
+        u /= np.linalg.norm(u)
+    steered, res = st.steer_model_weights(mw, u, c=2.0)
+    assert res.residual < 1e-10
+    module, transposed = st._out_projection(case.model, -1)
+    assert not transposed or case.model_type == "gpt2"
+    original = module.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            module.weight.copy_(torch.as_tensor(res.W_O.T if transposed else res.W_O))
+        F_new, _ = case.measured_F(mw.n_layers - 1)
+    finally:
+        with torch.no_grad():
+            module.weight.copy_(original)
+    np.testing.assert_allclose(F_new @ u, res.target_eigenvalue * u, atol=1e-10)
+    with float64_everywhere():
+        change = st.next_token_prob_change(
+            case.folder, case.ids.numpy(), 5, res.W_O, model=case.model
+        )
+    assert np.isfinite(change["p_before"]).all() and np.abs(change["delta"]).max() > 0
+
+
+def test_steering_dataset_on_a_projected_post_ln_model(cases: dict) -> None:
+    """The steering rule's computation end to end on OPT-350m's layout (its last
+    transformers state is ``project_out`` of another width): state 0 is the embedding
+    output through ``project_in``, u an eigenvector, the probabilities finite."""
+    case = cases["opt_post_ln"]
+    cfg = {"target_text": "", "target_id": 5, "c": [2.0], "methods": ["min_norm"]}
+    ds = st.steering_dataset(case.mw, case.folder, case.ids.numpy(), 1.0, cfg, 0, 2)
+    assert float(ds["residual"].max()) < 1e-10
+    p = ds["p_before"].values
+    assert np.isfinite(p).all() and ((p > 0) & (p < 1)).all()
+    base = prop.load_base_model(case.folder)
+    with torch.no_grad():
+        out = base(input_ids=case.ids, output_hidden_states=True)
+    state0, e = st.model_inputs(case.folder, case.ids.numpy(), 5)
+    np.testing.assert_allclose(state0, out.hidden_states[0].double().numpy(), rtol=0, atol=1e-6)
+    E = base.get_input_embeddings().weight.detach().double().numpy()
+    np.testing.assert_array_equal(e, E[5])
+    assert out.hidden_states[-1].shape[-1] != state0.shape[-1]  # the trap is there
+
+
+# --------------------------------------------------------------------------- contracts
+
+
+def test_version_1_weights_h5_is_read_with_its_meaning(cases: dict, tmp_path: Path) -> None:
+    import h5py
+
+    case = cases["gpt2"]
+    path = tmp_path / "weights.h5"
+    extract_to_h5(case.folder, path)
+    with h5py.File(path, "a") as f:
+        for key in ("norm", "n_kv_heads", "attn_softcap", "residual", "rotary"):
+            del f.attrs[key]
+        f.attrs["format_version"] = 1
+    old = read_weights_h5(path)
+    assert (old.norm, old.rotary, old.attn_softcap, old.residual) == (
+        "layernorm", None, None, "sequential",
+    )  # fmt: skip
+    np.testing.assert_array_equal(old.blocks[1].F, case.mw.blocks[1].F)
+    with h5py.File(path, "a") as f:
+        f.attrs["format_version"] = 3
+    with pytest.raises(InputFileError, match="format_version 3 is newer.*rerun extract_weights"):
+        read_weights_h5(path)
+    with h5py.File(path, "a") as f:
+        f.attrs["format_version"] = 2
+    with pytest.raises(InputFileError, match="missing root attribute.*norm"):
+        read_weights_h5(path)
+
+
+def test_config_defaults_come_from_the_family_class(tmp_path: Path) -> None:
+    """An absent key takes the class default: Mistral's num_key_value_heads is 8, not
+    n_heads, and Qwen3's head_dim is 128, not d / H."""
+    from specalign.transformers.families import adapter_for
+
+    mistral = adapter_for({"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 16})
+    assert (mistral.n_kv_heads, mistral.d_head) == (8, 4)
+    qwen3 = adapter_for({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 32})
+    assert (qwen3.n_kv_heads, qwen3.d_head) == (32, 128)
+    neox = adapter_for({"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4,
+                        "rotary_pct": 0.5, "partial_rotary_factor": 1.0})  # fmt: skip
+    inv, scale = neox.rotary()
+    assert inv.shape[1] * 2 == 8 and (scale == 1).all()  # rotary_pct, not the top-level key
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gptj", "n_embd": 64,
+                                                      "n_head": 4, "rotary_dim": 7}))  # fmt: skip
+    with pytest.raises(InputFileError, match="rotary_dim 7"):
+        extract(tmp_path)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_stock_float32_model_matches_at_the_float32_level(name: str, tmp_path: Path) -> None:
+    """The production path: a stock float32 model and weights.h5 extracted without the
+    float64 patch (rotary frequencies as transformers computes them) agree to float32
+    round-off, for prompts longer than the tiny models' windows."""
+    model = tiny_models.build(name).to(torch.float32)
+    model.save_pretrained(str(tmp_path))
+    mw = extract(tmp_path)
+    ids = torch.as_tensor(prop.random_prompts(96, 2, 12, seed=0, special_ids_to_avoid=[0, 1, 2]))
+    with torch.no_grad():
+        out = model.base_model(input_ids=ids, output_attentions=True, output_hidden_states=True)
+    for i in range(mw.n_layers):
+        A = prop.attention_weights(mw, i, out.hidden_states[i].double().numpy())
+        np.testing.assert_allclose(A, out.attentions[i].double().numpy(), rtol=0, atol=1e-6)
+
+
+def test_random_twin_of_a_causal_lm_is_saved_with_its_head(tmp_path: Path) -> None:
+    """An untied LM head left out of a random model would be drawn afresh, unseeded, at
+    every load, so the steering probabilities of a random twin would not repeat."""
+    from safetensors import safe_open
+
+    from specalign.transformers.sources import make_random_model
+
+    folder = make_random_model(dict(CONFIGS["phi3"]), tmp_path / "twin", seed=0)
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" in f.keys()
+    ids = prop.random_prompts(96, 2, 5, seed=0)
+    lm = st.load_causal_lm(folder)
+    W_O = lm.model.layers[-1].self_attn.o_proj.weight.detach().double().numpy()
+    # two independent loads of the folder: an unsaved head would differ between them
+    p = [st.next_token_prob_change(folder, ids, 3, W_O)["p_before"] for _ in range(2)]
+    np.testing.assert_array_equal(p[0], p[1])
+    masked = make_random_model(dict(CONFIGS["roberta"]), tmp_path / "masked", seed=0)
+    assert extract(masked).family == "roberta"
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt_neox", "gemma3_text", "qwen2", "phi3"])
+def test_hub_config_dialect_reads_the_same(cases: dict, name: str, tmp_path: Path) -> None:
+    """config.json as 4.x wrote it (rope_theta + rope_scaling, rotary_pct, Gemma 3's
+    rope_local_base_freq + sliding_window_pattern, Qwen2's max_window_layers) gives the
+    attention recipe of the 5.x file that save_pretrained writes."""
+    import shutil
+
+    case = cases[name]
+    shutil.copy(case.folder / "model.safetensors", tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(CONFIGS[name]))
+    with float64_everywhere():
+        hub = extract(tmp_path)
+    assert "rope_parameters" not in CONFIGS[name]
+    assert json.loads((case.folder / "config.json").read_text()).get("rope_parameters")
+    np.testing.assert_array_equal(hub.rotary_inv_freq, case.mw.rotary_inv_freq)
+    np.testing.assert_array_equal(hub.rotary_scaling, case.mw.rotary_scaling)
+    for field in ("layer_attention", "window_size", "n_kv_heads", "attn_scale", "rotary"):
+        assert getattr(hub, field) == getattr(case.mw, field), field
+
+
+def test_random_prompts_avoid_the_config_special_ids(tmp_path: Path) -> None:
+    """A folder without a tokenizer (a twin built from a configuration): the prompts avoid
+    config.json's pad/bos/eos ids (a pad id inside a RoBERTa prompt shifts positions)."""
+    config = {"model_type": "gpt2", "vocab_size": 16, "pad_token_id": 1, "bos_token_id": 0,
+              "eos_token_id": [2, 3]}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cfg = {"kind": "random", "n_prompts": 50, "n_tokens": 10, "seed": 0}
+    ids = set(np.unique(prop.prompt_ids(tmp_path, cfg)).tolist())
+    assert ids and not ids & {0, 1, 2, 3} and ids <= set(range(4, 16))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_position_limit_is_the_model_s(cases: dict, name: str) -> None:
+    """``max_positions`` (what the config check holds ``n_tokens`` to, read through the
+    family's configuration class) is a length the model runs; with learned positions one
+    token more fails, so the limit is exact (RoBERTa's starts past its padding id: 62 of
+    64 positions). The config check names n_tokens past it, from an inline config too."""
+    from specalign.transformers.limits import model_problems
+
+    case = cases[name]
+    adapter = family(case.model_type)(CONFIGS[name])
+    limit = adapter.max_positions
+    assert limit == (62 if case.model_type == "roberta" else 64)
+    cfg = case.model.config
+    special = [i for i in (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id) if i is not None]
+
+    def run(n: int) -> None:
+        ids = prop.random_prompts(cfg.vocab_size, 1, n, seed=0, special_ids_to_avoid=special)
+        with torch.no_grad():
+            case.base(input_ids=torch.as_tensor(ids))
+
+    run(limit)
+    if adapter.rotary() is None:  # rotary positions have no table to run out of
+        with pytest.raises((IndexError, RuntimeError, ValueError)):
+            run(limit + 1)
+    tcfg = {"prompts": {"n_tokens": limit}, "steering": {}}
+    assert model_problems(tcfg, name, CONFIGS[name]) == []
+    tcfg["prompts"]["n_tokens"] = limit + 1
+    (problem,) = model_problems(tcfg, name, CONFIGS[name])
+    assert (
+        problem.startswith("transformers.prompts.n_tokens:") and f"has {limit} positions" in problem
+    )
