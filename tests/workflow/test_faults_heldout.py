@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 import yaml
-from test_faults import TIMEOUT, fault_log, new_workdir, snakemake_cmd
+from test_faults import TIMEOUT, _wait_for_line, fault_log, new_workdir, snakemake_cmd
 
 from specalign.config import ConfigError, load_yaml, validate_config
 
@@ -313,19 +313,6 @@ ORPHAN_CONFIG: dict[str, Any] = {
 ORPHAN_TARGET = "results/tables/commutators/table1.csv"
 
 
-def _wait_line(path: Path, needle: str, proc: subprocess.Popen, limit: float) -> str:
-    start = time.monotonic()
-    while time.monotonic() - start < limit:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if needle in line:
-                    return line
-        if proc.poll() is not None:
-            raise AssertionError(f"snakemake ended ({proc.returncode}) before {needle!r}")
-        time.sleep(0.05)
-    raise AssertionError(f"no {needle!r} in {path} within {limit} s")
-
-
 @pytest.mark.pipeline
 def test_orphaned_job_stops_without_publishing(repo, tmp_path_factory, faults):
     """The issue's sequence: start a run; SIGKILL only the main Snakemake process at 10 %
@@ -345,7 +332,7 @@ def test_orphaned_job_stops_without_publishing(repo, tmp_path_factory, faults):
             umask=0o022,
         )
         try:
-            line = _wait_line(train_log, "(10%)", proc, limit=TIMEOUT)
+            line = _wait_for_line(train_log, "(10%)", proc, limit=TIMEOUT)
             jobs = psutil.Process(proc.pid).children(recursive=True)
             assert jobs, "the training job should be running"
             os.kill(proc.pid, signal.SIGKILL)  # the main process only, not its group
