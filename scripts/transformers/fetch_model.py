@@ -2,7 +2,7 @@
 
 import json
 
-from specalign.transformers import contracts, limits, sources
+from specalign.transformers import checkpoint, contracts, families, limits, sources
 from specalign.workflow import log, run_script
 
 
@@ -17,6 +17,9 @@ def main(smk):
     problems = limits.model_problems(smk.config["transformers"], smk.wildcards.model, config)
     if problems:
         raise ValueError("invalid configuration for this model: " + "; ".join(problems))
+    # Before any long job: damaged headers, integer or unscaled float8 weights, another
+    # quantization scheme, a layer lacking a tensor (one line naming file and tensor).
+    checkpoint.check_checkpoint(model_dir, families.adapter_for(config).n_blocks)
     contracts.write_manifest(smk.output[0], model_dir, {**info, "spec": spec})
 
 

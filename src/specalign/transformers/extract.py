@@ -26,6 +26,7 @@ import numpy as np
 
 from specalign.io import InputFileError, atomic_path
 from specalign.runtime import release_freed_memory
+from specalign.transformers import checkpoint
 from specalign.transformers.contracts import BIAS_KEYS, write_block, write_weights_attrs
 from specalign.transformers.families import FamilyAdapter, adapter_for
 from specalign.transformers.weights import BlockWeights, ModelWeights
@@ -48,6 +49,8 @@ class CheckpointReader:
         self.model_dir = Path(model_dir)
         self._where: dict[str, Path] = {}  # tensor name -> file holding it
         self._open: dict[Path, Any] = {}  # file -> open safe_open handle / mmap'd state dict
+        self._dtypes: dict[str, str] = {}  # safetensors dtype of every tensor
+        self._quant: dict[str, Any] | None = None  # the block-wise FP8 scheme, if any
         self.format = self._index()
 
     def __enter__(self) -> CheckpointReader:
@@ -76,9 +79,10 @@ class CheckpointReader:
         st_index = d / "model.safetensors.index.json"
         if st_index.exists():
             self._where = self._read_index(st_index)
+            self._check()
             return "safetensors"
-        files = [d / "model.safetensors"] if (d / "model.safetensors").exists() else []
-        files = files or sorted(d.glob("*.safetensors"))
+        # one checkpoint: never Mistral's consolidated.safetensors beside the shards
+        files = checkpoint.safetensors_files(d)
         if files:
             for file in files:
                 for key in self._safetensors_keys(file):
@@ -87,6 +91,7 @@ class CheckpointReader:
                             f"{d}: tensor {key!r} in both {self._where[key].name} and {file.name}"
                         )
                     self._where[key] = file
+            self._check()
             return "safetensors"
         bin_index = d / "pytorch_model.bin.index.json"
         if bin_index.exists():
@@ -102,14 +107,20 @@ class CheckpointReader:
         )
 
     def _read_index(self, index: Path) -> dict[str, Path]:
+        return checkpoint.read_index(index)
+
+    def _check(self) -> None:
+        """Refuse, before any tensor is read, integer or unscaled float8 weights, an
+        unsupported quantization scheme, and a layer lacking a tensor the others have
+        (:func:`specalign.transformers.checkpoint.check_checkpoint`)."""
+        config_path = self.model_dir / "config.json"
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InputFileError(f"{index}: not a readable shard index ({exc})") from exc
-        missing = sorted({f for f in weight_map.values() if not (index.parent / f).exists()})
-        if missing:
-            raise InputFileError(f"{index}: shard(s) missing: {', '.join(missing)}")
-        return {key: index.parent / f for key, f in weight_map.items()}
+            config = json.loads(config_path.read_text())
+            n_blocks = adapter_for(config).n_blocks
+        except Exception:  # no usable config.json: check_checkpoint or the adapter names it
+            config, n_blocks = {}, None
+        self._dtypes = checkpoint.check_checkpoint(self.model_dir, n_blocks)
+        self._quant = checkpoint.quantization(config, config_path)
 
     def _handle(self, file: Path) -> Any:
         """An mmap'd .bin state dict, opened once (the fallback format)."""
@@ -123,13 +134,18 @@ class CheckpointReader:
         return self._open[file]
 
     def _safetensors_keys(self, file: Path) -> list[str]:
-        from safetensors import safe_open
+        # the header alone, parsed with bounds (a damaged one is named, never a crash)
+        return list(checkpoint.read_header(file))
 
+    def _dequantize(self, key: str, codes: np.ndarray) -> np.ndarray:
+        """Float8 codes times their block scales (``<key>_scale_inv``), the block-wise FP8
+        scheme of :mod:`specalign.transformers.checkpoint` (checked by ``_check``)."""
+        assert self._quant is not None  # _check refused float8 without the scheme
+        scale = self.read(f"{key}_scale_inv")
         try:
-            with safe_open(file, framework="pt") as handle:
-                return list(handle.keys())
-        except Exception as exc:  # safetensors raises assorted types on corrupt files
-            raise InputFileError(f"{file}: cannot open checkpoint ({exc})") from exc
+            return checkpoint.dequantize_fp8_blocks(codes, scale, self._quant["weight_block_size"])
+        except ValueError as exc:
+            raise InputFileError(f"{self._where[key]}: tensor {key!r}: {exc}") from exc
 
     def read(self, key: str) -> np.ndarray:
         """One tensor as a float64 array (a copy: nothing stays mapped afterwards).
@@ -151,8 +167,12 @@ class CheckpointReader:
                 with safe_open(file, framework="pt") as handle:
                     tensor = handle.get_tensor(key)
                     arr = tensor.detach().to(torch.float64, copy=True).numpy()
+                if self._dtypes.get(key) in checkpoint.FP8_DTYPES:
+                    arr = self._dequantize(key, arr)
             else:
                 arr = self._handle(file)[key].detach().to(torch.float64, copy=True).numpy()
+        except InputFileError:
+            raise
         except Exception as exc:
             raise InputFileError(f"{file}: cannot read tensor {key!r} ({exc})") from exc
         # A NaN or inf weight makes every F, eigenvalue and token state after it NaN, and

@@ -428,8 +428,9 @@ def load_base_model(
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    )
+        str(model_dir), local_files_only=True, attn_implementation="eager",
+        trust_remote_code=False,
+    )  # fmt: skip
     return model.to(device=device, dtype=dtype or torch.float32).eval()
 
 
@@ -794,15 +795,45 @@ def load_tokenizer(model_dir: str | Path) -> Any | None:
     A folder without any tokenizer file (a random twin built from a configuration) has
     none: ``AutoTokenizer`` would otherwise build a vocabulary-less tokenizer of the
     family from nothing, after seconds of imports, whose special ids are not the model's.
+    A tokenizer that is there but does not load is an InputFileError naming its file
+    (dropping it would change the random prompts under the same seed). Loaded with
+    ``trust_remote_code=False``: an ``auto_map`` naming code in the model folder is never
+    run (transformers would otherwise ask "[y/N]" on the job's terminal), and a
+    tokenizer that exists only as such code is refused.
     """
-    if not any(any(Path(model_dir).glob(p)) for p in TOKENIZER_PATTERNS):
+    model_dir = Path(model_dir)
+    files = sorted({f for p in TOKENIZER_PATTERNS for f in model_dir.glob(p) if f.is_file()})
+    if not files:
         return None
-    try:
-        from transformers import AutoTokenizer
+    for file in files:
+        if file.suffix == ".json":
+            try:
+                json.loads(file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise InputFileError(
+                    f"{file}: the tokenizer file is damaged (not JSON: {exc}); fix: copy "
+                    "the model's original tokenizer files into the folder again"
+                ) from exc
+    from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    except (OSError, ValueError, KeyError):
-        return None
+    try:
+        return AutoTokenizer.from_pretrained(
+            str(model_dir), local_files_only=True, trust_remote_code=False
+        )
+    except Exception as exc:  # transformers raises assorted types for a bad tokenizer
+        text = " ".join(str(exc).split())
+        if "trust_remote_code" in text or "custom code" in text:
+            raise InputFileError(
+                f"{model_dir / 'tokenizer_config.json'}: the tokenizer exists only as code in "
+                "the model folder (auto_map); the workflow never runs code from a model "
+                "folder; fix: give the folder a tokenizer.json or a tokenizer class of "
+                "transformers (tokenizer_class)"
+            ) from exc
+        raise InputFileError(
+            f"{model_dir}: the tokenizer ({', '.join(f.name for f in files)}) does not load "
+            f"({type(exc).__name__}: {text[:300]}); fix: copy the model's original "
+            "tokenizer files into the folder again"
+        ) from exc
 
 
 def prompt_ids(model_dir: str | Path, cfg: Mapping[str, Any]) -> np.ndarray:

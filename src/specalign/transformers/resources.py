@@ -35,9 +35,7 @@ finishes. The constants are printed and checked against the benchmark's measured
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,18 +99,17 @@ class Workload:
 
 
 def safetensors_parameters(model_dir: str | Path) -> int | None:
-    """The number of stored values in a folder's ``*.safetensors`` files, from their
-    headers alone (8 bytes of length, then JSON: no tensor is read); None without any."""
-    total, found = 0, False
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        for name, entry in header.items():
-            if name != "__metadata__":
-                total += math.prod(entry["shape"])
-        found = True
-    return total if found else None
+    """The number of stored values of the folder's one checkpoint, from its safetensors
+    headers alone (no tensor is read; Mistral's ``consolidated.safetensors`` beside the
+    shards is not counted twice); None without any, or when a header is damaged: this
+    runs in the Snakemake process for every model, and the model's own jobs name the
+    damaged file (:mod:`specalign.transformers.checkpoint`)."""
+    from specalign.transformers.checkpoint import CheckpointError, stored_parameters
+
+    try:
+        return stored_parameters(model_dir)
+    except CheckpointError:
+        return None
 
 
 def config_parameters(config: Mapping[str, Any]) -> int:

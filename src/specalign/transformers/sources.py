@@ -44,13 +44,20 @@ from typing import Any
 from specalign.io import InputFileError, new_file_mode
 from specalign.runtime import check_snakemake_alive
 
+#: The tokenizer's data files, by name: never a pattern such as ``tokenizer*`` or
+#: ``vocab*``, which would also fetch a repository's ``tokenizer.py``/``vocab.py`` (code
+#: that an ``auto_map`` asks transformers to run; the workflow never runs it).
 TOKENIZER_PATTERNS = (
-    "tokenizer*",
-    "vocab*",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",  # sentencepiece (Llama, Mistral, Gemma)
+    "vocab.json",
+    "vocab.txt",
     "merges.txt",
     "special_tokens_map.json",
     # ALBERT's slow tokenizer is a sentencepiece model; harmless elsewhere.
     "spiece.model",
+    "sentencepiece.bpe.model",
     "added_tokens.json",
 )
 HUB_ALLOW_PATTERNS = [
@@ -59,6 +66,9 @@ HUB_ALLOW_PATTERNS = [
     "config.json",
     *TOKENIZER_PATTERNS,
 ]
+#: Never fetched: Mistral's ``consolidated.safetensors`` (the same weights again, in
+#: Mistral's own format, 14.5 GB more for the 7B) and the ``original/`` checkpoints.
+HUB_IGNORE_PATTERNS = ["*consolidated*.safetensors", "original/*"]
 # Pickled weights, fetched only from a repository without safetensors; read with
 # torch.load(weights_only=True), which refuses to run code from the pickle.
 HUB_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin"]
@@ -213,7 +223,11 @@ def _hub_snapshot(repo_id: str, revision: str, cache_dir: str | Path | None) -> 
     try:
         folder = Path(
             snapshot_download(
-                repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS, **kwargs
+                repo_id,
+                revision=revision,
+                allow_patterns=HUB_ALLOW_PATTERNS,
+                ignore_patterns=HUB_IGNORE_PATTERNS,
+                **kwargs,
             )
         )
         if not (
@@ -221,7 +235,13 @@ def _hub_snapshot(repo_id: str, revision: str, cache_dir: str | Path | None) -> 
         ):
             patterns = [*HUB_ALLOW_PATTERNS, *HUB_BIN_PATTERNS]
             folder = Path(
-                snapshot_download(repo_id, revision=folder.name, allow_patterns=patterns, **kwargs)
+                snapshot_download(
+                    repo_id,
+                    revision=folder.name,
+                    allow_patterns=patterns,
+                    ignore_patterns=HUB_IGNORE_PATTERNS,
+                    **kwargs,
+                )
             )
     except Exception as exc:
         error = _hub_error(exc, repo_id, revision, cache_dir, offline)
@@ -510,7 +530,9 @@ def make_random_model(
         source_dir = path if path.is_dir() else path.parent
         if not (source_dir / "config.json").is_file():
             raise ModelSourceError(f"{source_dir}: no config.json to copy the configuration from")
-        config = AutoConfig.from_pretrained(str(source_dir), local_files_only=True)
+        config = AutoConfig.from_pretrained(
+            str(source_dir), local_files_only=True, trust_remote_code=False
+        )
 
     torch.manual_seed(seed)
     model = _random_model_class(config.model_type).from_config(config, dtype=torch.float32)

@@ -399,8 +399,9 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    )
+        str(model_dir), local_files_only=True, attn_implementation="eager",
+        trust_remote_code=False,
+    )  # fmt: skip
     return model.to(device=device, dtype=dtype or torch.float32).eval()
 
 
