@@ -13,6 +13,7 @@ from specalign.config import (
     random_likes,
     validate_config,
 )
+from specalign.contents import file_digest, model_digest
 from specalign.fingerprint import script_fingerprint
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.tables import MODEL_TABLES
@@ -23,6 +24,26 @@ except ConfigError as _err:
     raise WorkflowError(str(_err)) from None
 config.clear()
 config.update(_validated)
+
+
+def _memory_check():
+    """Each transformer job's computed memory request against the memory available
+    (resources.mem_mb_limit, else this machine's when jobs run here), before any job
+    runs: a request the machine cannot grant would die inside torch, after minutes."""
+    from specalign.transformers.limits import machine_mem_mb, memory_problems
+
+    limit = config["resources"]["mem_mb_limit"]
+    what = "resources.mem_mb_limit"
+    if limit is None and workflow.local_exec:
+        limit, what = machine_mem_mb(), "this machine's memory"
+    if not limit:
+        return
+    problems = memory_problems(config["transformers"], int(limit), what, config["threads"])
+    if problems:
+        raise WorkflowError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+_memory_check()
 
 EXPERIMENTS = sorted(config["commutators"]["experiments"])
 
@@ -93,6 +114,34 @@ def data_inputs(wildcards):
     if exp["kind"] == "benchmark" and exp["source"] == "uci":
         return {"raw": uci_file(exp["dataset"])}
     return {}
+
+
+def model_content(wildcards):
+    """Params function of fetch_model: the content digest of a local or package model's
+    folder (specalign.contents), so that a checkpoint replaced in place under the same
+    names reruns fetch_model and everything made from the model. A hub model is pinned
+    by its commit and its snapshot files are named by their hashes: "" (no read)."""
+    from specalign.transformers.sources import ModelSourceError, resolve_model_dir, source_spec
+
+    spec = config["transformers"]["models"][wildcards.model]
+    if spec["source"] not in ("local", "package"):
+        return ""
+    try:
+        return model_digest(resolve_model_dir(source_spec(spec)))
+    except ModelSourceError as exc:
+        return f"unresolved: {exc}"  # the job names the problem
+
+
+def file_content(path):
+    """The content digest of a file a rule reads by a path written in the config, or ""
+    when it does not exist (the validation or the job names it)."""
+    return file_digest(path) if path and Path(path).is_file() else ""
+
+
+def prompt_content(wildcards):
+    """Params function: the digest of the prompts' text file, when prompts are text."""
+    prompts = config["transformers"]["prompts"]
+    return file_content(prompts["text_file"]) if prompts["kind"] == "text" else ""
 
 
 def gpu_resources():

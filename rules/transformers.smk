@@ -15,6 +15,8 @@ rule fetch_model:
         model=name_regex(FETCHED_MODELS),
     params:
         spec=lambda w: canonical_json(config["transformers"]["models"][w.model]),
+        # a local/package folder by content: weights replaced in place rerun
+        content=model_content,
         # hub snapshots share one Hugging Face cache beside the per-model manifests
         cache=lambda w, output: str(Path(output[0]).parents[1] / "hub"),
     conda:
@@ -36,6 +38,8 @@ rule random_model:
         model=name_regex(RANDOM_MODELS),
     params:
         spec=lambda w: canonical_json(config["transformers"]["models"][w.model]),
+        # a config_file: by content, not only by time
+        content=lambda w: file_content(config["transformers"]["models"][w.model]["config_file"]),
     resources:
         **model_resources("random_model"),
     conda:
@@ -67,7 +71,9 @@ rule extract_weights:
 
 rule spectra:
     input:
-        "results/transformers/{model}/weights.h5",
+        weights="results/transformers/{model}/weights.h5",
+        # read to check that weights.h5 is this model's (specalign.transformers.lineage)
+        manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
         "results/transformers/{model}/spectra.nc",
     params:
@@ -98,6 +104,7 @@ rule propagate:
         settings=canonical_json(
             {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
         ),
+        prompt_file=prompt_content,
     threads: THREADS
     resources:
         **gpu_resources(),
@@ -128,6 +135,7 @@ rule steer:
                 "null_draws": config["transformers"]["propagation"]["null_draws"],
             }
         ),
+        prompt_file=prompt_content,
     threads: THREADS
     resources:
         **gpu_resources(),

@@ -1,6 +1,6 @@
 """Attention weights of every distinct layer to weights.h5 (lazy, one tensor at a time)."""
 
-from specalign.transformers import contracts, extract
+from specalign.transformers import contracts, extract, lineage
 from specalign.workflow import log, run_script
 
 
@@ -8,7 +8,11 @@ def main(smk):
     manifest = contracts.read_manifest(smk.input[0])
     # streamed block by block into the file: peak memory of the order of one layer
     mw = extract.extract_to_h5(
-        manifest["path"], smk.output[0], source=manifest["source"], revision=manifest["revision"]
+        manifest["path"],
+        smk.output[0],
+        source=manifest["source"],
+        revision=manifest["revision"],
+        made_from=lineage.record(smk.input[0], manifest),
     )
     log.info(
         "%s: %s, %d layers, %d distinct blocks, d_model %d, %d heads",

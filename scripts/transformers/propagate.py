@@ -4,7 +4,7 @@ import numpy as np
 
 from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, propagate, spectra
+from specalign.transformers import contracts, lineage, propagate, spectra
 from specalign.workflow import LogProgress, log, param_json, run_script
 
 
@@ -24,7 +24,12 @@ def nonfinite_hint(states, model_dir):
 
 def main(smk):
     settings = param_json(smk, "settings")
-    model_dir = contracts.read_manifest(smk.input.manifest)["path"]
+    manifest = contracts.read_manifest(smk.input.manifest)
+    model_dir = manifest["path"]
+    # before any work: weights.h5 and spectra.nc must be this model's
+    lineage.check_model(smk.input.weights, smk.input.manifest, manifest)
+    spectra_ds = read_netcdf(smk.input.spectra)
+    lineage.check_model(smk.input.spectra, smk.input.manifest, manifest, spectra_ds.attrs)
     device = torch_device(smk.resources.get("gpu", 0))
     ids = propagate.prompt_ids(model_dir, settings["prompts"])
     asked = int(settings["prompts"]["n_prompts"])
@@ -43,7 +48,7 @@ def main(smk):
         model_dir, ids, device=device, dtype=propagate.torch_dtype(cfg["real_dtype"])
     )
     mw = contracts.read_weights_h5(smk.input.weights)
-    directions = spectra.block_directions(read_netcdf(smk.input.spectra), smk.input.spectra)
+    directions = spectra.block_directions(spectra_ds, smk.input.spectra)
     states = propagate.propagation_states(
         mw, hidden, settings["eta"], cfg, progress=LogProgress(2, "simplified runs", every=0.0)
     )
@@ -57,6 +62,7 @@ def main(smk):
         eta=float(settings["eta"]),
         prompts_requested=asked,
         prompts_used=int(ids.shape[0]),
+        made_from=lineage.record(smk.input.manifest, manifest, settings=settings),
     )
     write_netcdf(
         smk.output[0], ds, headline=("gamma", "psi", "rho"), hint=nonfinite_hint(states, model_dir)

@@ -2,16 +2,21 @@
 
 from specalign.io import write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, spectra
+from specalign.transformers import contracts, lineage, spectra
 from specalign.workflow import log, run_script
 
 
 def main(smk):
-    mw = contracts.read_weights_h5(smk.input[0])
+    manifest = contracts.read_manifest(smk.input.manifest)
+    lineage.check_model(smk.input.weights, smk.input.manifest, manifest)
+    mw = contracts.read_weights_h5(smk.input.weights)
     device = torch_device(smk.resources.get("gpu", 0))
     log.info("%d blocks of d = %d on %s", len(mw.blocks), mw.d_model, device)
     ds = spectra.spectra_dataset(mw, eta=float(smk.params.eta), device=device, threads=smk.threads)
     log.info("Re lambda_1 per block: %s", ds["eigenvalues_real"].isel(eig=0).values.round(4))
+    ds.attrs["made_from"] = lineage.record(
+        smk.input.manifest, manifest, settings={"eta": float(smk.params.eta)}
+    )
     write_netcdf(smk.output[0], ds)
 
 

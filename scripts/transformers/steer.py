@@ -2,13 +2,18 @@
 
 from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, propagate, spectra, steer
+from specalign.transformers import contracts, lineage, propagate, spectra, steer
 from specalign.workflow import log, param_json, run_script
 
 
 def main(smk):
     settings = param_json(smk, "settings")
-    model_dir = contracts.read_manifest(smk.input.manifest)["path"]
+    manifest = contracts.read_manifest(smk.input.manifest)
+    model_dir = manifest["path"]
+    # before any work: weights.h5 and spectra.nc must be this model's
+    lineage.check_model(smk.input.weights, smk.input.manifest, manifest)
+    spectra_ds = read_netcdf(smk.input.spectra)
+    lineage.check_model(smk.input.spectra, smk.input.manifest, manifest, spectra_ds.attrs)
     device = torch_device(smk.resources.get("gpu", 0))
     ids = propagate.prompt_ids(model_dir, settings["prompts"])
     ds = steer.steering_dataset(
@@ -22,7 +27,7 @@ def main(smk):
         null_draws=int(settings["null_draws"]),
         device=device,
         progress=log.info,
-        directions=spectra.block_directions(read_netcdf(smk.input.spectra), smk.input.spectra),
+        directions=spectra.block_directions(spectra_ds, smk.input.spectra),
         threads=smk.threads,
     )
     for i, method in enumerate(ds["method"].values):
@@ -40,6 +45,7 @@ def main(smk):
         model=smk.wildcards.model,
         prompts_requested=int(settings["prompts"]["n_prompts"]),
         prompts_used=int(ids.shape[0]),
+        made_from=lineage.record(smk.input.manifest, manifest, settings=settings),
     )
     write_netcdf(
         smk.output[0],

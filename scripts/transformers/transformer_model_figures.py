@@ -6,7 +6,7 @@ import seaborn as sns
 
 from specalign import io
 from specalign.output import save_figure
-from specalign.transformers import figures
+from specalign.transformers import figures, lineage
 from specalign.workflow import log, param_json, run_script
 
 
@@ -15,11 +15,14 @@ def main(smk):
     sns.set_theme(context=settings["context"], style="whitegrid")
     model = smk.wildcards.model
     null = io.read_netcdf(smk.input.null_spectra[0]) if smk.input.null_spectra else None
+    data = {key: io.read_netcdf(smk.input[key]) for key in ("spectra", "propagation", "steering")}
+    # the three files of one model, never a mix of two (the null is its twin's)
+    lineage.check_same({smk.input[key]: ds.attrs for key, ds in data.items()})
     made = figures.model_figures(
         model,
-        spectra=io.read_netcdf(smk.input.spectra),
-        prop=io.read_netcdf(smk.input.propagation),
-        steer=io.read_netcdf(smk.input.steering),
+        spectra=data["spectra"],
+        prop=data["propagation"],
+        steer=data["steering"],
         null_spectra=null,
         null_name=smk.params.null_name or None,
         like_of=smk.params.like_of or None,

@@ -3,16 +3,15 @@
 from pathlib import Path
 
 from specalign import io
-from specalign.transformers import tables
+from specalign.transformers import lineage, tables
 from specalign.workflow import run_script
 
 
 def main(smk):
-    tables.write_model_tables(
-        Path(smk.output[0]).parent,
-        smk.wildcards.model,
-        {key: io.read_netcdf(path) for key, path in smk.input.items()},
-    )
+    data = {key: io.read_netcdf(path) for key, path in smk.input.items()}
+    # the three files of one model, never a mix of two
+    lineage.check_same({smk.input[key]: ds.attrs for key, ds in data.items()})
+    tables.write_model_tables(Path(smk.output[0]).parent, smk.wildcards.model, data)
 
 
 run_script(snakemake, main)  # noqa: F821

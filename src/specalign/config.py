@@ -223,6 +223,10 @@ def _check_models(cfg: Mapping[str, Any]) -> list[str]:
     prompts = tcfg.get("prompts", {})
     if prompts.get("kind") == "text" and not prompts.get("text_file"):
         problems.append("transformers.prompts.text_file: required for kind 'text'")
+    elif prompts.get("kind") == "text":
+        problem = _text_file_problem(Path(prompts["text_file"]))
+        if problem:
+            problems.append(f"transformers.prompts.text_file: {prompts['text_file']} {problem}")
     if prompts.get("kind") == "dataset" and not prompts.get("dataset"):
         problems.append("transformers.prompts.dataset: required for kind 'dataset'")
     sphere = tcfg.get("sphere", {})
@@ -243,6 +247,27 @@ def _check_models(cfg: Mapping[str, Any]) -> list[str]:
 
     problems += model_config_problems(tcfg)
     return problems
+
+
+def _text_file_problem(path: Path) -> str:
+    """Why ``path`` cannot be read as prompt lines ("" when it can): missing, empty (no
+    line with a character other than white space), or not UTF-8 text."""
+    if not path.is_file():
+        return (
+            f"does not exist (relative paths are read from the working directory "
+            f"{Path.cwd()}); fix: give the path of a UTF-8 text file, one prompt per line"
+        )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"is not text (not UTF-8: {exc}); fix: a UTF-8 text file, one prompt per line"
+    except OSError as exc:
+        return f"cannot be read ({exc})"
+    if "\x00" in text:
+        return "is not text (it holds NUL bytes); fix: a UTF-8 text file, one prompt per line"
+    if not text.strip():
+        return "is empty (no line with text); fix: one prompt per line"
+    return ""
 
 
 def _named_twin_of(name: str, models: Mapping[str, Any]) -> str | None:

@@ -119,13 +119,29 @@ MODES: tuple[str, ...] = (
 # --------------------------------------------------------------------------- manifests
 
 
+def manifest_path_value(model_dir: str | Path) -> str:
+    """How a manifest records a model folder: relative to the working directory when it
+    lies inside it (a random model, a hub snapshot in ``transformers.cache``), so that a
+    copied working directory reads its own files; absolute otherwise."""
+    resolved = Path(model_dir).resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(resolved)
+
+
 def write_manifest(path: str | Path, model_dir: str | Path, info: Mapping[str, Any]) -> None:
-    """Record where a model folder is (absolute) and its provenance."""
-    io.write_json(path, {"path": str(Path(model_dir).resolve()), **dict(info)})
+    """Record where a model folder is (:func:`manifest_path_value`), its provenance and
+    ``content``, the digest of its files (:func:`specalign.contents.model_digest`)."""
+    from specalign.contents import model_digest
+
+    record = {"path": manifest_path_value(model_dir), "content": model_digest(model_dir)}
+    io.write_json(path, {**record, **dict(info)})
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """Read a manifest; the model folder it names must still exist."""
+    """Read a manifest; the model folder it names must still exist. A relative ``path``
+    is resolved against the working directory."""
     path = Path(path)
     try:
         manifest = json.loads(path.read_text())

@@ -364,8 +364,10 @@ def extract_to_h5(
     *,
     source: str | None = None,
     revision: str | None = None,
+    made_from: str | None = None,
 ) -> ModelWeights:
     """Extract straight into ``weights.h5``, one block at a time (atomic write).
+    ``made_from``: the file's record of its model (:mod:`specalign.transformers.lineage`).
 
     Peak memory is of the order of one layer (its float64 W_Q, W_K, W_V, W_O and F),
     whatever the depth, so that GPT-Neo 2.7B extracts on a laptop. Returns the model's
@@ -392,4 +394,6 @@ def extract_to_h5(
         mw = _model_weights(model_dir, config, adapter, [], extras, source, revision)
         d_head = f["blocks/0/W_V"].shape[0] // mw.n_heads
         write_weights_attrs(f, mw, has_bias, d_head)
+        if made_from is not None:
+            f.attrs["made_from"] = made_from
     return mw

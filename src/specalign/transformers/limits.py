@@ -105,3 +105,83 @@ def config_json_path(name: str, models: Mapping[str, Any], cache: str) -> Path |
         return resolve_model_dir(source_spec(spec)) / "config.json"
     except ModelSourceError:
         return None
+
+
+def machine_mem_mb() -> int | None:
+    """This machine's memory in MB: physical memory, or the cgroup's limit when lower
+    (a container, a SLURM allocation); None when neither can be read."""
+    import os
+
+    found = []
+    try:
+        found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            found.append(int(text))
+    return int(min(found) // 10**6) if found else None
+
+
+def memory_problems(
+    tcfg: Mapping[str, Any], limit_mb: int, limit_what: str, threads: int
+) -> list[str]:
+    """The transformer jobs whose computed memory request
+    (:func:`specalign.transformers.resources.job_resources`) exceeds ``limit_mb``, one
+    line each naming the key that drives it and both numbers: the prompts when the job
+    of the model would fit with fewer (and how many fit), else the model."""
+    from specalign.transformers.resources import RULES, Workload, job_resources, model_size
+
+    problems: list[str] = []
+    models = tcfg.get("models", {})
+    cache = tcfg.get("cache", "resources/models")
+    prompts = tcfg["prompts"]
+    for name in sorted(models):
+        config = _known_config(name, models, cache)
+        if config is None:
+            continue
+        path = config_json_path(name, models, cache)
+        try:
+            size = model_size(config, path.parent if path is not None else None)
+        except ValueError:
+            continue  # an unsupported or inconsistent config.json: named elsewhere
+
+        def request(rule: str, n_prompts: int, size=size) -> int:
+            t = {**tcfg, "prompts": {**prompts, "n_prompts": n_prompts}}
+            return job_resources(rule, size, Workload.from_config(t, size.n_layers), threads)[
+                "mem_mb"
+            ]
+
+        rules = [r for r in RULES if r != "random_model" or models[name]["source"] == "random"]
+        needs = {rule: request(rule, int(prompts["n_prompts"])) for rule in rules}
+        over = [rule for rule in rules if needs[rule] > limit_mb]
+        if not over:
+            continue
+        worst = max(over, key=needs.get)
+        if any(request(rule, 1) > limit_mb for rule in over):
+            problems.append(
+                f"transformers.models.{name}: its {worst} job requests {needs[worst]} MB "
+                f"(specalign.transformers.resources), more than the {limit_mb} MB of "
+                f"{limit_what}, even with one prompt; fix: a machine or cluster node "
+                "with more memory (resources.mem_mb_limit), or a smaller model"
+            )
+            continue
+        fits = []
+        for rule in over:
+            lo, hi = 1, int(prompts["n_prompts"])  # request(lo) fits, request(hi) does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if request(rule, mid) <= limit_mb else (lo, mid)
+            fits.append(lo)
+        problems.append(
+            f"transformers.prompts.n_prompts: {prompts['n_prompts']} prompts of "
+            f"{prompts['n_tokens']} tokens make the {worst} job of model {name!r} request "
+            f"{needs[worst]} MB (specalign.transformers.resources), more than the "
+            f"{limit_mb} MB of {limit_what}; fix: n_prompts <= {min(fits)}, or "
+            "resources.mem_mb_limit for jobs that run on larger nodes"
+        )
+    return problems

@@ -1,0 +1,125 @@
+"""Inputs tracked by their content: digests of the files a rule reads.
+
+Snakemake reruns a job when an input is newer than its outputs, or when a ``params``
+value changes; a file replaced in place with its old modification time (``cp -p``,
+``rsync -t``, a restored backup), or a folder read through a path recorded once (a
+local model's manifest), escapes both. Every rule that reads such a file therefore
+passes its content digest as a ``params`` value (rules/common.smk), so that other bytes
+under the same name rerun the job and what follows it.
+
+* :func:`file_digest`: the SHA-256 of a file. Exact; it costs one read of the file, so
+  digests are cached (:data:`CACHE`) under the file's identity (absolute path, size,
+  modification and change times in ns, inode): a write in place changes the change
+  time, which no user tool can set back, so a cached digest is never stale. A file in
+  a Hugging Face cache (a link into ``blobs/``, named by the file's SHA-256 or git
+  hash) is identified by that name without reading it.
+* :func:`model_digest`: one digest over the files of a model folder that the workflow
+  reads (config.json, the tokenizer's data files, the one checkpoint's weight files and
+  their index), each by name and :func:`file_digest`.
+
+A digest names what was read; it is recorded in the files made from it
+(:mod:`specalign.transformers.contracts`), which their readers check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+#: The digest cache of the working directory (beside Snakemake's own metadata).
+CACHE = Path(".snakemake") / "specalign" / "digests.json"
+_BLOB_RE = re.compile(r"^([0-9a-f]{64}|[0-9a-f]{40})$")
+_cache: dict[str, list] | None = None
+
+
+def _load_cache() -> dict[str, list]:
+    global _cache
+    if _cache is None:
+        try:
+            loaded = json.loads(CACHE.read_text())
+            _cache = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            _cache = {}
+    return _cache
+
+
+def _save_cache() -> None:
+    if _cache is None:
+        return
+    with contextlib.suppress(OSError):
+        CACHE.parent.mkdir(parents=True, exist_ok=True)
+        tmp = CACHE.with_name(f".{CACHE.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(_cache, sort_keys=True))
+        os.replace(tmp, CACHE)  # concurrent writers lose entries, never corrupt the file
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """``sha256:<hex>`` of the file (or ``blob:<name>`` for a Hugging Face cache link),
+    cached under the file's identity (see the module doc)."""
+    path = Path(path)
+    if path.is_symlink():
+        target = path.resolve()
+        if target.parent.name == "blobs" and _BLOB_RE.match(target.name):
+            return f"blob:{target.name}"
+    real = path.resolve()
+    st = real.stat()
+    key = str(real)
+    ident = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    cache = _load_cache()
+    hit = cache.get(key)
+    if isinstance(hit, list) and hit[:4] == ident and len(hit) == 5:
+        return str(hit[4])
+    digest = f"sha256:{sha256_file(real)}"
+    cache[key] = [*ident, digest]
+    _save_cache()
+    return digest
+
+
+def digest_of(entries: Iterable[tuple[str, str]]) -> str:
+    """One SHA-256 over (name, digest) pairs, order-independent."""
+    h = hashlib.sha256()
+    for name, digest in sorted(entries):
+        h.update(f"{name}\0{digest}\n".encode())
+    return h.hexdigest()
+
+
+def model_files(model_dir: str | os.PathLike[str]) -> list[Path]:
+    """The files of a model folder that the workflow reads: config.json, the tokenizer's
+    data files, the one checkpoint's weights (safetensors shards and their index, else
+    pickled weights) and, for a random model, its seed record."""
+    from specalign.transformers.checkpoint import CheckpointError, safetensors_files
+    from specalign.transformers.sources import TOKENIZER_PATTERNS
+
+    d = Path(model_dir)
+    names = ["config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json",
+             "random_model.json"]  # fmt: skip
+    files = {d / n for n in names if (d / n).is_file()}
+    files |= {f for p in TOKENIZER_PATTERNS for f in d.glob(p) if f.is_file()}
+    try:
+        weights = safetensors_files(d)
+    except CheckpointError:  # a shard missing: what is there is the content
+        weights = sorted(d.glob("*.safetensors"))
+    if not weights:
+        weights = sorted(d.glob("pytorch_model*.bin"))
+    files |= {f for f in weights if f.is_file()}
+    return sorted(files)
+
+
+def model_digest(model_dir: str | os.PathLike[str]) -> str:
+    """The content digest of a model folder (:func:`model_files`, by name and bytes)."""
+    d = Path(model_dir)
+    return digest_of((f.name, file_digest(f)) for f in model_files(d))

