@@ -263,3 +263,29 @@ def test_huge_n_prompts_is_refused_before_any_job(repo, tmp_path_factory, faults
         configs=2,
         refused_before_any_job=2,
     )
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "longrope", "llama3", "linear", "yarn"])
+def test_length_dependent_rope_scaling_refused_beyond_its_original_length(kind):
+    from specalign.transformers.limits import model_problems
+
+    rope = {"rope_type": kind, "factor": 4.0, "original_max_position_embeddings": 8}
+    if kind == "longrope":
+        rope |= {"short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+    if kind == "llama3":
+        rope |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+              "max_position_embeddings": 64, "vocab_size": 96, "rope_scaling": rope}  # fmt: skip
+    cfg = validate_config(transformer_config({}))
+    tcfg = cfg["transformers"]
+    tcfg["prompts"]["n_tokens"] = 8
+    assert [p for p in model_problems(tcfg, "m", config) if "rope" in p] == []
+    tcfg["prompts"]["n_tokens"] = 9
+    found = model_problems(tcfg, "m", config)
+    if kind in ("dynamic", "longrope"):
+        [msg] = found
+        assert msg.startswith("transformers.prompts.n_tokens: 9 tokens")
+        assert f"rope_scaling type {kind!r}" in msg and "n_tokens <= 8" in msg
+    else:  # the family's rotary module gives the exact table at any length
+        assert found == []

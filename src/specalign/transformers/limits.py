@@ -42,6 +42,7 @@ def model_problems(tcfg: Mapping[str, Any], name: str, config: Mapping[str, Any]
             f"has {adapter.max_positions} positions (config.json); fix: n_tokens <= "
             f"{adapter.max_positions}"
         )
+    problems += _rope_problems(config, name, n_tokens)
     target_id = tcfg["steering"].get("target_id")
     vocab = config.get("vocab_size")
     if target_id is not None and vocab and not int(target_id) < int(vocab):
@@ -50,6 +51,40 @@ def model_problems(tcfg: Mapping[str, Any], name: str, config: Mapping[str, Any]
             f"{name!r} (vocab_size {vocab}, config.json); fix: a token id below {vocab}"
         )
     return problems
+
+
+#: Rotary scalings whose frequencies change with the sequence length: past
+#: ``original_max_position_embeddings`` tokens transformers recomputes them in the
+#: forward pass (``dynamic``: NTK scaling by the length; ``longrope``: the long factors
+#: instead of the short ones), while weights.h5 holds the table of the model as built,
+#: the one for shorter sequences. Within that length the table is exact.
+LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+
+
+def _rope_problems(config: Mapping[str, Any], name: str, n_tokens: int) -> list[str]:
+    """A rope_scaling type whose frequencies at ``n_tokens`` differ from the table
+    weights.h5 stores: refused naming the type (every other type is read from the
+    family's own rotary module, exact at any length)."""
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    if not isinstance(rope, Mapping):
+        return []
+    kind = rope.get("rope_type") or rope.get("type")
+    if kind not in LENGTH_DEPENDENT_ROPE:
+        return []
+    original = (
+        rope.get("original_max_position_embeddings")
+        or config.get("original_max_position_embeddings")
+        or config.get("max_position_embeddings")
+    )
+    if original is None or n_tokens <= int(original):
+        return []
+    return [
+        f"transformers.prompts.n_tokens: {n_tokens} tokens, but model {name!r} has "
+        f"rope_scaling type {kind!r}, whose frequencies change beyond "
+        f"original_max_position_embeddings = {original} tokens (config.json): the "
+        f"simplified model would use other rotary frequencies than the real one; fix: "
+        f"n_tokens <= {original}"
+    ]
 
 
 def model_config_problems(tcfg: Mapping[str, Any]) -> list[str]:
