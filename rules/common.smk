@@ -1,6 +1,7 @@
 # Helpers shared by the rule files (validated config, targets, resources, fingerprints).
 
 import json
+import sys
 from pathlib import Path
 
 from specalign.commutators.data.uci import DATASETS
@@ -59,6 +60,23 @@ GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
 RUNTIME = config["resources"]["runtime"]
+
+
+def _workbooks():
+    from specalign.commutators.data.uci import workflow_workbooks
+
+    fetchable, replaced = workflow_workbooks(config["data"]["cache"])
+    for name in replaced:
+        path = Path(config["data"]["cache"]) / name
+        print(
+            f"WARNING: {path}: the cached copy the workflow fetched failed its SHA-256 "
+            f"check; kept as {path}.failed-checksum, download_data fetches it again",
+            file=sys.stderr,
+        )
+    return fetchable, replaced
+
+
+FETCHABLE_WORKBOOKS, REPLACED_WORKBOOKS = _workbooks()
 
 
 def name_regex(names):

@@ -15,9 +15,13 @@ rule download_data:
     output:
         str(Path(config["data"]["cache"]) / "{filename}"),
     wildcard_constraints:
-        filename="Concrete_Data\\.xls|ENB2012_data\\.xlsx",
+        # only absent workbooks and the workflow's own copies: a file of the user's in
+        # data.cache is never an output (neither replaced nor deleted)
+        filename=name_regex(FETCHABLE_WORKBOOKS),
     params:
         mirror=config["data"]["mirror"],
+        # the workflow's own copies that failed their checksum (moved aside at startup)
+        replaced=lambda w: w.filename in REPLACED_WORKBOOKS,
     conda:
         CONDA_ENV
     log:

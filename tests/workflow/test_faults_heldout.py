@@ -245,6 +245,9 @@ def test_cached_workbook_is_verified_where_it_is_read(repo, tmp_path, shared_dat
     work.mkdir(parents=True)
     elsewhere.mkdir()
     (elsewhere / "notes.txt").write_text("the user's own file\n")
+    # the user's own copy of the workbook (issue 18: never an output of the workflow; a
+    # copy the workflow fetched itself is replaced when damaged, test_faults_stale)
+    shutil.copy2(shared_data / "Concrete_Data.xls", elsewhere / "Concrete_Data.xls")
     cfg = {
         "threads": 1,
         "data": {"cache": "../../../elsewhere", "mirror": str(shared_data)},

