@@ -355,3 +355,26 @@ def test_pickled_weights_never_run_code(tmp_path):
     with pytest.raises(InputFileError, match="pytorch_model.bin"):
         extract(folder)
     assert not marker.exists()
+
+
+def test_download_fetches_data_files_only(online, tmp_path):
+    """A Mistral-style repository: the HF checkpoint, Mistral's consolidated.safetensors
+    beside it (the same weights again) and tokenizer code (tokenization_x.py,
+    tokenizer.py, vocab.py, which an auto_map would run): only the data files arrive."""
+    folder = save_tiny("mistral", tmp_path / "repo", seed=0)
+    (folder / "consolidated.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    for code in ("tokenizer.py", "vocab.py", "tokenization_x.py"):
+        (folder / code).write_text("raise SystemExit('model code ran')\n")
+    (folder / "tokenizer_config.json").write_text('{"model_max_length": 64}')
+    (folder / "vocab.json").write_text("{}")
+    server = HubServer()
+    server.add_folder("org/mistral", folder)
+    online(server.start().endpoint)
+    try:
+        got = _fetch(tmp_path / "cache", "org/mistral")
+    finally:
+        server.stop()
+    names = {p.name for p in got.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer_config.json", "vocab.json"} <= names
+    assert not names & {"consolidated.safetensors", "tokenizer.py", "vocab.py",
+                        "tokenization_x.py"}, names  # fmt: skip
