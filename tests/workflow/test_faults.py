@@ -107,20 +107,108 @@ FAULT_ORDER = [
     "late_errors",
     "reported_inputs",
     "file_modes",
+    # the third pass, issue 18 (test_faults_stale.py)
+    "content_inputs",
+    "foreign_results",
+    "workbook_ownership",
+    "memory_request",
+]
+
+#: Issue 18's cases checked without a workflow run: (case, what happens now, test).
+UNIT_ROWS = [
+    (
+        "Qwen3 checkpoint in the hub's block-wise FP8 layout (`quantization_config` fp8, "
+        "`weight_block_size` [16, 16], float8 codes with `weight_scale_inv`)",
+        "dequantized W = q x s per block (exactly, float64); \\|F\\| within 5 % of the "
+        "unquantized model's (it was the codes: 1e4-1e7 x too large)",
+        "`tests/transformers/test_checkpoints.py::test_fp8_block_quantized_weights_are_dequantized`",
+    ),
+    (
+        "float8 codes whose `_scale_inv` is missing; gptq, awq, bitsandbytes, per-tensor "
+        "fp8 (4 schemes)",
+        "one line naming the file and tensor, or config.json and the scheme, before any "
+        "tensor is read",
+        "`test_fp8_codes_without_their_scales_are_refused`, "
+        "`test_other_quantization_schemes_are_refused_naming_the_scheme`",
+    ),
+    (
+        "a weight stored as int8, uint8, int32 (3 dtypes); int64 `position_ids` buffer",
+        "weights: one line naming file and tensor; buffers accepted",
+        "`test_integer_weight_tensor_is_an_error_naming_file_and_tensor`, "
+        "`test_integer_buffers_are_not_weights`",
+    ),
+    (
+        "a layer lacking `k_proj`; the last layer missing; an index naming a deleted shard",
+        "one line naming the tensor (or the shard) and the file, at fetch_model and extraction",
+        "`test_a_layer_lacking_a_tensor_is_named`, `test_a_missing_last_layer_is_named`, "
+        "`test_index_naming_a_missing_shard_is_one_line_naming_it`",
+    ),
+    (
+        "Mistral's `consolidated.safetensors` beside the shards (with and without index); on a hub",
+        "counted once (parameters equal the shards'); never downloaded",
+        "`test_consolidated_safetensors_beside_the_shards_is_counted_once`, "
+        "`tests/transformers/test_hub.py::test_download_fetches_data_files_only`",
+    ),
+    (
+        "safetensors header truncated, length 2^40, 5-byte file, not JSON, data past the "
+        "end (5 cases)",
+        "one line naming the file (header length bounded by 100 MB and the file size); "
+        "the resource estimate falls back to config.json's counts, so `snakemake -n` goes"
+        " on",
+        "`test_damaged_header_is_named_and_bounded`, "
+        "`test_a_2_to_the_40_header_length_is_refused_without_reading_it`",
+    ),
+    (
+        "tokenizer.json truncated",
+        "an error naming the file (random prompts no longer change silently)",
+        "`test_a_damaged_tokenizer_json_is_an_error_naming_it`",
+    ),
+    (
+        "`auto_map` to tokenizer code in the folder, `yes` on stdin (2 cases); hub patterns",
+        "code never runs (`trust_remote_code=False`; the family's class is used); "
+        "tokenizer.py/vocab.py never fetched",
+        "`test_tokenizer_code_in_the_model_folder_never_runs`, "
+        "`test_download_fetches_data_files_only`",
+    ),
+    (
+        "prompts.text_file missing, empty, white space only, binary (4 cases)",
+        "rejected at validation naming the key and the file",
+        "`tests/workflow/test_faults_stale.py::test_prompt_text_file_fails_at_validation`",
+    ),
+    (
+        "steering.c 1e308, -1e300, 1e200",
+        "rejected at validation (\\|c\\| <= 1e6, schema)",
+        "`test_huge_steering_strength_is_refused`",
+    ),
+    (
+        "rope_scaling dynamic, longrope beyond original_max_position_embeddings; llama3, "
+        "linear, yarn",
+        "the first two refused naming the type and n_tokens; the others exact (the "
+        "family's own table)",
+        "`test_length_dependent_rope_scaling_refused_beyond_its_original_length`",
+    ),
+    (
+        "n_prompts 2e6 against 24000 MB; a 500 MB limit",
+        "refused naming n_prompts (with the largest count that fits) or the model, and "
+        "both numbers",
+        "`test_memory_request_beyond_the_limit_is_refused_naming_the_key`",
+    ),
 ]
 
 _MD_HEAD = """\
 # Faults and bad input
 
 What the fault-injection tests (`tests/workflow/test_faults.py`,
-`tests/workflow/test_fuzz.py`, and the held-out pass of issue 10 in
-`tests/workflow/test_faults_heldout.py`, with the comparison tool `specalign.compare`
+`tests/workflow/test_fuzz.py`, the held-out pass of issue 10 in
+`tests/workflow/test_faults_heldout.py` and the third pass of issue 18 in
+`tests/workflow/test_faults_stale.py`, with the comparison tool `specalign.compare`
 tested in `tests/workflow/test_compare.py`) do to the workflow, and what happened. Every
 row is a test that passes; the counts are those of the last regeneration of this file:
 
 ```bash
 SPECALIGN_FAULTS_MD=docs/faults.md pytest -q tests/workflow/test_faults.py \
-    tests/workflow/test_fuzz.py tests/workflow/test_faults_heldout.py
+    tests/workflow/test_fuzz.py tests/workflow/test_faults_heldout.py \
+    tests/workflow/test_faults_stale.py
 ```
 
 The same counts are printed at the end of every run of these tests (lines starting
@@ -179,7 +267,16 @@ class FaultLog:
             tried, outcome, counts = self.rows[key]
             text = ", ".join(f"`{k}={v}`" for k, v in counts.items())
             rows.append(f"| `{key}` | {tried} | {outcome} | {text} |")
-        return _MD_HEAD + "\n".join(rows) + "\n" + _MD_TAIL
+        unit = [f"| {case} | {outcome} | {test} |" for case, outcome, test in UNIT_ROWS]
+        return (
+            _MD_HEAD
+            + "\n".join(rows)
+            + "\n\nIssue 18, the cases checked without a workflow run (each a test that "
+            "passes):\n\n| case | what happens now | test |\n| --- | --- | --- |\n"
+            + "\n".join(unit)
+            + "\n"
+            + _MD_TAIL
+        )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.rows:

@@ -285,8 +285,8 @@ def test_cached_workbook_is_verified_where_it_is_read(repo, tmp_path, shared_dat
     faults.record(
         "cache_checksum",
         "`data.cache: ../../../elsewhere` (outside the working directory, holding a file of "
-        "the user's) with the UCI Concrete; then one strength of the cached workbook "
-        "multiplied by 10, mtime kept, data.h5 deleted",
+        "the user's and the user's own copy of the UCI Concrete); then one strength of "
+        "that workbook multiplied by 10, mtime kept, data.h5 deleted",
         "the first run writes beside the user's file and leaves it; after the edit "
         "prepare_data fails with a SHA-256 mismatch naming the cached file (the target sd "
         "would have changed), download_data is not rerun, the edited file is left in "
