@@ -20,6 +20,7 @@ def main(smk):
     # Before any long job: damaged headers, integer or unscaled float8 weights, another
     # quantization scheme, a layer lacking a tensor (one line naming file and tensor).
     checkpoint.check_checkpoint(model_dir, families.adapter_for(config).n_blocks)
+    checkpoint.check_transformers_can_load(config, model_dir / "config.json")
     contracts.write_manifest(smk.output[0], model_dir, {**info, "spec": spec})
 
 

@@ -301,3 +301,20 @@ def dequantize_fp8_blocks(
         )
     full = np.repeat(np.repeat(s, b_out, axis=0), b_in, axis=1)[: q.shape[0], : q.shape[1]]
     return q * full
+
+
+def check_transformers_can_load(config: Mapping[str, Any], where: str | Path) -> None:
+    """The real-model passes (propagate, steer) load the checkpoint through transformers,
+    whose block-wise FP8 loader needs ``accelerate``: without it the job would fail with
+    an ImportError after extraction and spectra. CheckpointError naming the scheme then,
+    before any long work; extraction itself dequantizes without it."""
+    import importlib.util
+
+    q = quantization(config, where)
+    if q is not None and importlib.util.find_spec("accelerate") is None:
+        raise CheckpointError(
+            f"{where}: quantization scheme {q['quant_method']!r} with weight_block_size "
+            f"{q['weight_block_size']}: the real-model passes load it through transformers, "
+            "which needs the `accelerate` package for it; fix: pip install accelerate, or "
+            "use the model's unquantized release"
+        )
