@@ -131,6 +131,9 @@ def _write_config(workdir: Path, models: dict[str, dict]) -> list[str]:
 def _recorded(workdir: Path, name: str) -> tuple[dict, dict, np.ndarray]:
     """The manifest, the weights.h5 attributes and F of a model of a workflow run."""
     manifest = json.loads((workdir / "models" / name / "manifest.json").read_text())
+    # a snapshot in transformers.cache lies in the working directory: named relative to it
+    assert not Path(manifest["path"]).is_absolute(), manifest["path"]
+    manifest["path"] = str(workdir / manifest["path"])
     with h5py.File(workdir / "results" / "transformers" / name / "weights.h5") as f:
         return manifest, dict(f.attrs), f["F"][()]
 
