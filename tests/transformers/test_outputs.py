@@ -319,6 +319,45 @@ def test_tilt_summary_and_verdict_rules():
     )
 
 
+def test_tilt_verdict_not_specific_when_the_negative_eigenvector_passes_too():
+    base = dict(frac=0.8, excess=0.3, rho=0.8, neg_frac=0.8, rho_neg=0.78)
+    v = tt._tilt_verdict(base)
+    assert v.startswith("not specific to v1") and not tt.holds(v)
+    assert "80%" in v and "0.78" in v
+    # the negative direction passes in fewer layers, or with a clearly lower rho: v1 wins
+    assert tt._tilt_verdict({**base, "neg_frac": 0.6}).startswith("holds (")
+    assert tt._tilt_verdict({**base, "rho_neg": 0.6}).startswith("holds (")
+    # no negative direction stored: the plain verdict
+    assert tt._tilt_verdict({**base, "neg_frac": float("nan")}).startswith("holds (")
+    # below chance stays below chance, whatever the negative direction does
+    assert tt._tilt_verdict({**base, "excess": -0.1}).startswith("does not hold beyond")
+
+
+def _rate_row(**kw):
+    row = dict(
+        lambda1_is_complex=False,
+        dominant_is_lambda1=True,
+        gamma_final=0.5,
+        measured=1.0,
+        predicted=1.0,
+        asymptotic=1.0,
+    )
+    return {**row, **kw}
+
+
+def test_rate_verdict_a_predicted_rate_of_one_is_no_convergence():
+    v = tt._rate_verdict(_rate_row())
+    assert "no convergence predicted" in v and "matches" not in v
+    v2 = tt._rate_verdict(
+        _rate_row(measured=0.9, predicted=0.9, asymptotic=0.95, gamma_final=0.999)
+    )
+    assert "matches the power-method prediction" in v2
+    # agreement with the asymptotic rate 1 while |mu_2/mu_1| < 1 is still no convergence
+    v3 = tt._rate_verdict(_rate_row(measured=0.999, predicted=0.5, asymptotic=1.0))
+    assert "no convergence predicted" in v3
+    assert "does not match" in tt._rate_verdict(_rate_row(measured=0.5))
+
+
 def test_eigenvalue_table_rows_and_values(data):
     sp = data["spectra"]["tiny"]
     df = tt.eigenvalue_table(sp, "tiny")
