@@ -13,6 +13,11 @@ and RoBERTa's positions that start past the padding id. ``model_config_problems`
 called by :func:`specalign.config.validate_config`; a hub model fetched for the first
 time is checked by the ``fetch_model`` rule as soon as its folder exists
 (:func:`model_problems`).
+
+The same check covers what a later rule needs from the model folder or the disk: the
+tokenizer files that ``steer`` (a ``target_text``) and ``propagate`` (text or dataset
+prompts) use, a local or package folder that is a complete model, and the prompts' text
+file (:func:`input_problems`), so that none of them fails hours into a run.
 """
 
 from __future__ import annotations
