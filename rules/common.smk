@@ -200,6 +200,12 @@ def random_twin_spectra(wildcards):
     return expand(rules.spectra.output[0], model=twin) if twin else []
 
 
+def random_twin_propagation(wildcards):
+    """The propagation of the model's random-weight twin, drawn in its alignment panels."""
+    twin = random_twin(wildcards.model)
+    return expand(rules.propagate.output[0], model=twin) if twin else []
+
+
 def transformer_targets():
     if not MODELS:
         return []

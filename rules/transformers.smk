@@ -162,6 +162,7 @@ rule transformer_model_figures:
         propagation="results/transformers/{model}/propagation.nc",
         steering="results/transformers/{model}/steering.nc",
         null_spectra=random_twin_spectra,
+        null_propagation=random_twin_propagation,
     output:
         reported(
             expand(

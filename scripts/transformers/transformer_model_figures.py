@@ -15,6 +15,9 @@ def main(smk):
     sns.set_theme(context=settings["context"], style="whitegrid")
     model = smk.wildcards.model
     null = io.read_netcdf(smk.input.null_spectra[0]) if smk.input.null_spectra else None
+    null_prop = (
+        io.read_netcdf(smk.input.null_propagation[0]) if smk.input.null_propagation else None
+    )
     made = figures.model_figures(
         model,
         spectra=io.read_netcdf(smk.input.spectra),
@@ -23,6 +26,7 @@ def main(smk):
         null_spectra=null,
         null_name=smk.params.null_name or None,
         like_of=smk.params.like_of or None,
+        null_prop=null_prop,
     )
     outdir = Path(smk.output[0]).parent
     for stem in figures.MODEL_FIGURES:

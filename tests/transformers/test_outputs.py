@@ -150,6 +150,53 @@ def test_per_model_figures_render(data, tmp_path):
     assert {"eigenvalues", "alignment_real_model", "prolonged", "steering"} <= set(made)
 
 
+def test_figures_say_what_they_show(data, tmp_path):
+    """Issue 17: readable titles, layers 1..L beside the blocks, the twin in the alignment
+    panels, the steering target that was used, a log axis only where it shows something,
+    one legend line per reference level, legends beside the data."""
+    sp, pr = data["spectra"], data["prop"]
+    fig, _ = ptf.eigenvalue_figure(sp["tiny"], "tiny", sp["tiny_random"])
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert [x for x in labels if x.startswith("layer")] == ["layer 1", "layer 2", "layer 3"]
+    assert not any(x.startswith("block") for x in labels)
+    albert = ptf.eigenvalue_figure(sp["albert_tiny"], "a")[0]
+    assert any(
+        t.get_text().startswith("layers 1-") for t in albert.axes[0].get_legend().get_texts()
+    )
+    for ax in fig.axes:  # legends sit beside the axes, never over the data
+        assert ax.get_legend()._loc == 2 and ax.get_legend().get_bbox_to_anchor().x0 > 0
+    # the model and its random twin in one alignment panel
+    fig, cap = ptf.alignment_figure(
+        pr["tiny"], "tiny", "simplified_real", pr["tiny_random"], "twin"
+    )
+    assert "simplified_real" not in fig._suptitle.get_text()
+    assert fig._suptitle.get_text() == "tiny: simplified model, real attention"
+    for ax in fig.axes:
+        assert any("random twin twin" in t.get_text() for t in ax.get_legend().get_texts())
+    assert "random-weight twin twin in the same mode" in cap
+    assert "No random-weight twin" in ptf.alignment_figure(pr["tiny"], "tiny")[1]
+    # steering names the token used, not the configured text
+    steer = data["steer"]["tiny"].copy()
+    steer.attrs.update(target_text="the", target_id=37, target_tokens='["##x"]')
+    fig, cap = ptf.steering_figure(steer, "tiny")
+    assert fig._suptitle.get_text().endswith("towards the token '##x' (id 37)")
+    assert "'the'" not in cap and "'##x' (id 37)" in cap
+    # sin(theta) within one decade: a linear axis, said in the caption
+    fig, cap = ptf.prolonged_figure(pr["tiny"], "tiny")
+    assert fig.axes[1].get_yscale() == ("log" if "log scale" in cap else "linear")
+    assert ptf._spans_a_decade(np.array([0.97, 0.99, 1.0])) is False
+    assert ptf._spans_a_decade(np.array([1e-3, 0.5])) is True
+    # Figure 14: the consensus level of an even split is sqrt(2n): listed once
+    fig, _ = ptf.sphere_figure14(data["sphere"]["sphere"])
+    texts = [
+        t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()
+    ]
+    assert len(texts) == len(set(texts))
+    assert sum("4.47" in t for t in texts) == 1
+    ax3 = [ax for ax in fig.axes if ax.name == "3d"][0]
+    assert list(ax3.get_xticks()) == [-1.0, 0.0, 1.0]
+
+
 def test_steering_figure_probability_panel(data, tmp_path):
     steer = data["steer"]["tiny"].copy(deep=True)
     assert not np.isfinite(steer["p_before"]).any()  # non-causal: no LM head
