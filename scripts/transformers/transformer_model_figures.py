@@ -5,7 +5,7 @@ from pathlib import Path
 import seaborn as sns
 
 from specalign import io
-from specalign.output import save_figure
+from specalign.output import save_figure, write_caption
 from specalign.transformers import figures
 from specalign.workflow import log, param_json, run_script
 
@@ -28,7 +28,7 @@ def main(smk):
         like_of=smk.params.like_of or None,
         null_prop=null_prop,
     )
-    outdir = Path(smk.output[0]).parent
+    outdir = Path(smk.output.figures[0]).parent
     for stem in figures.MODEL_FIGURES:
         if stem in made:
             fig, caption = made[stem]
@@ -37,6 +37,7 @@ def main(smk):
                 f"{model}: {stem}", "its mode is not in propagation.nc"
             )
         save_figure(fig, outdir / stem, formats=settings["formats"], dpi=settings["dpi"])
+        write_caption(outdir / stem, caption)
         log.info("%s: %s", stem, caption)
 
 

@@ -468,14 +468,18 @@ def test_table_writers(data, tmp_path):
     }
     paths = tt.write_model_tables(tmp_path, "tiny", inputs)
     assert sorted(p.name for p in paths) == [
-        "eigenvalues.csv", "eigenvalues.md", "propagation.csv", "propagation.md",
-        "steering.csv", "steering.md",
+        "eigenvalues.csv", "eigenvalues.html", "eigenvalues.md", "propagation.csv",
+        "propagation.html", "propagation.md", "steering.csv", "steering.html", "steering.md",
     ]  # fmt: skip
+    # the page the report shows: the caption, then every row as a table
+    page = (tmp_path / "eigenvalues.html").read_text()
+    assert "<table" in page and "Eigenvalues of F_t" in page
+    assert page.count("<tr>") == len(pd.read_csv(tmp_path / "eigenvalues.csv")) + 1
     back = pd.read_csv(tmp_path / "propagation.csv")
     assert len(back) == len(tt.propagation_table(data["prop"]["tiny"], "tiny"))
     assert (tmp_path / "eigenvalues.md").read_text().startswith("Eigenvalues of F_t")
     sp = tt.write_sphere_table(tmp_path / "sphere", data["sphere"]["sphere"])
-    assert [p.suffix for p in sp] == [".csv", ".md"]
+    assert [p.suffix for p in sp] == [".csv", ".md", ".html"]
 
 
 def test_rate_summary_shared_model(data):
