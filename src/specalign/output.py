@@ -113,7 +113,9 @@ def to_html(df: pd.DataFrame, caption: str) -> str:
     the Markdown twin; the CSV keeps full precision)."""
     from html import escape
 
-    table = df.to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}", border=0)
+    # undefined cells (NaN, and None in text columns) are empty, as in the Markdown twin
+    shown = df.astype(object).where(df.notna(), None).map(lambda v: "" if v is None else v)
+    table = shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0)
     return html_page(caption, f'<p class="caption">{escape(caption)}</p>\n{table}')
 
 
