@@ -7,8 +7,10 @@ from specalign.commutators.data.uci import DATASETS
 from specalign.commutators.figures import FIGURES
 from specalign.commutators.tables import TABLES
 from specalign.config import (
+    OVERRIDE_HINT,
     ConfigError,
     canonical_json,
+    coerce_overrides,
     experiment_config,
     random_likes,
     validate_config,
@@ -17,10 +19,17 @@ from specalign.fingerprint import script_fingerprint
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.tables import MODEL_TABLES
 
+# Nested values of `--config` arrive as strings (Snakemake's base YAML loader): typed by
+# the schema here and merged again over the config they were merged into.
+_overrides = dict(getattr(workflow.config_settings, "config", None) or {})
+if _overrides:
+    from snakemake.utils import update_config as _update_config
+
+    _update_config(config, coerce_overrides(_overrides))
 try:
     _validated = validate_config(config, schema=None)
 except ConfigError as _err:
-    raise WorkflowError(str(_err)) from None
+    raise WorkflowError(f"{_err}\n  ({OVERRIDE_HINT})" if _overrides else str(_err)) from None
 config.clear()
 config.update(_validated)
 
