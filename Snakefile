@@ -44,6 +44,10 @@ include: "rules/report.smk"
 fingerprint_scripts(workflow.rules)
 
 
+onstart:
+    warn_stale_results()
+
+
 rule all:
     input:
         all_targets(),

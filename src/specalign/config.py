@@ -243,6 +243,10 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
                     f"k + beta < width, but {name} has width {exp['width']}"
                 )
     problems += _check_models(cfg)
+    try:
+        results_folder(cfg)
+    except ConfigError as exc:
+        problems.append(str(exc))
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
@@ -324,6 +328,20 @@ def _named_twin_of(name: str, models: Mapping[str, Any]) -> str | None:
         if name.endswith(suffix) and base in models:
             return base
     return None
+
+
+def results_folder(cfg: Mapping[str, Any]) -> str:
+    """The configuration's results folder (key ``results``) as a clean relative or
+    absolute path without a trailing slash, "results" by default."""
+    import posixpath
+
+    folder = posixpath.normpath(str(cfg.get("results", "results/")).strip())
+    if folder in (".", "") or folder.startswith(".."):
+        raise ConfigError(
+            f"results: {cfg.get('results')!r} is not a folder of its own (the working "
+            "directory or outside it); fix: a folder name such as results/paper"
+        )
+    return folder
 
 
 def random_likes(cfg: Mapping[str, Any]) -> dict[str, str]:
