@@ -72,8 +72,9 @@ def layer_views(
         p = tables["propagation"]
         p = p[p["mode"] == "simplified_real"]
         views["propagation.csv"] = pd.DataFrame(
-            {"layer": p["layer"].astype(int).values, "gamma": p["gamma"].values}
-        )
+            {"layer": p["layer"].astype(int).values, "block": p["block"].astype(int).values,
+             "gamma": p["gamma"].values}
+        )  # fmt: skip
     return views
 
 

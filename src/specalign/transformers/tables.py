@@ -223,8 +223,10 @@ def eigenvalue_table(spectra: xr.Dataset, model: str, n_eigs: int = _N_EIGS) -> 
 def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
     """One row per (mode, layer) of the layers each mode has.
 
-    Columns: ``gamma``/``gamma_sd`` (token mean and sd), ``gamma_meantok`` (the mean
-    token of each prompt, averaged over prompts), ``psi``/``psi_sd``, ``rho``,
+    Columns: ``layer`` (1..L, more for the prolonged modes) and its ``block`` (empty for a
+    file without ``layer_block``), ``gamma``/``gamma_sd`` (token mean and sd),
+    ``gamma_meantok`` (the mean token of each prompt, averaged over prompts),
+    ``psi``/``psi_sd``, ``rho``,
     ``rho_meantok``; the random-direction nulls ``gamma_null``, ``psi_null``,
     ``rho_null`` and the most-negative-eigenvector nulls ``gamma_neg_null``,
     ``rho_neg_null``; and, when present, ``gamma_<other>``, ``rho_<other>``,
@@ -243,6 +245,11 @@ def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
             "model": [model] * T,
             "mode": [mode] * T,
             "layer": ds["layer"].values.astype(int),
+            # the block each layer uses (the repeated layer's past the model's depth)
+            "block": pd.array(
+                ds["layer_block"].values if "layer_block" in ds.coords else [pd.NA] * T,
+                dtype="Int64",
+            ),
             "corr": [corr] * T,
             "gamma": _over(ds["gamma"], "token", _nanmean),
             "gamma_sd": _over(ds["gamma"], "token", _nanstd),
