@@ -8,21 +8,32 @@ from specalign.commutators.data.uci import DATASETS
 from specalign.commutators.figures import FIGURES
 from specalign.commutators.tables import TABLES
 from specalign.config import (
+    OVERRIDE_HINT,
     ConfigError,
     canonical_json,
+    coerce_overrides,
     experiment_config,
     random_likes,
+    results_folder,
     validate_config,
 )
 from specalign.contents import file_digest, model_digest
 from specalign.fingerprint import script_fingerprint
+from specalign.output import CAPTION_SUFFIX
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.tables import MODEL_TABLES
 
+# Nested values of `--config` arrive as strings (Snakemake's base YAML loader): typed by
+# the schema here and merged again over the config they were merged into.
+_overrides = dict(getattr(workflow.config_settings, "config", None) or {})
+if _overrides:
+    from snakemake.utils import update_config as _update_config
+
+    _update_config(config, coerce_overrides(_overrides))
 try:
     _validated = validate_config(config, schema=None)
 except ConfigError as _err:
-    raise WorkflowError(str(_err)) from None
+    raise WorkflowError(f"{_err}\n  ({OVERRIDE_HINT})" if _overrides else str(_err)) from None
 config.clear()
 config.update(_validated)
 
@@ -47,6 +58,26 @@ def _memory_check():
 _memory_check()
 
 EXPERIMENTS = sorted(config["commutators"]["experiments"])
+
+# Results of a configuration go to its own folder (config key `results`); its logs and
+# benchmarks go beside them, except for the default folder, whose stay at the top
+# (logs/, benchmarks/), where they always were.
+RESULTS = results_folder(config)
+_BOOKKEEPING = "" if RESULTS == "results" else f"{RESULTS}/"
+
+
+def results_path(path):
+    """``path`` inside the configuration's results folder."""
+    return f"{RESULTS}/{path}"
+
+
+def log_path(path):
+    return f"{_BOOKKEEPING}logs/{path}"
+
+
+def benchmark_path(path):
+    return f"{_BOOKKEEPING}benchmarks/{path}"
+
 
 CONDA_ENV = "../envs/specalign.yaml"
 THREADS = config["threads"]
@@ -77,6 +108,29 @@ def _workbooks():
 
 
 FETCHABLE_WORKBOOKS, REPLACED_WORKBOOKS = _workbooks()
+
+
+def warn_stale_results():
+    """Name in the log every file in the results folder that no job of this run produces
+    (another configuration's models, an earlier run's formats): never shown as a result
+    of this one. Called when the run starts (Snakefile ``onstart``); only for a run of
+    the whole configuration (the default target), whose jobs are all in the DAG."""
+    from snakemake.logging import logger
+
+    if not any(job.rule.name == "all" for job in workflow.dag.targetjobs):
+        return
+
+    from specalign.workflow import stale_files, stale_message
+
+    produced = [
+        str(f)
+        for job in workflow.dag.jobs
+        for files in (job.output, job.log, [job.benchmark] if job.benchmark else [])
+        for f in files
+    ]
+    stale = stale_files(RESULTS, produced)
+    if stale:
+        logger.warning(stale_message(RESULTS, stale))
 
 
 def name_regex(names):
@@ -205,14 +259,16 @@ def model_resources(rule_name):
 
 
 def reported(paths, caption, category, subcategory=None, labels=None):
-    """Flag the PNG figures and CSV tables among ``paths`` for `snakemake --report`.
+    """Flag the PNG figures and the HTML pages of tables and documents among ``paths``
+    for `snakemake --report`, which shows both in the page (a CSV or Markdown file would
+    only be a download link there).
 
     ``caption`` is a .rst path relative to rules/, or a function of a path's file stem.
-    PDFs and Markdown twins stay out of the report (they are the same content).
+    PDFs, CSVs and Markdown twins stay out of the report (they are the same content).
     """
     out = []
     for path in paths:
-        if path.endswith((".png", ".csv")):
+        if path.endswith((".png", ".html")):
             stem = Path(path).stem
             cap = caption(stem) if callable(caption) else caption
             path = report(
@@ -265,6 +321,12 @@ def random_twin_spectra(wildcards):
     """The spectra of the model's random-weight twin, if one is configured."""
     twin = random_twin(wildcards.model)
     return expand(rules.spectra.output[0], model=twin) if twin else []
+
+
+def random_twin_propagation(wildcards):
+    """The propagation of the model's random-weight twin, drawn in its alignment panels."""
+    twin = random_twin(wildcards.model)
+    return expand(rules.propagate.output[0], model=twin) if twin else []
 
 
 def transformer_targets():

@@ -25,7 +25,7 @@ rule download_data:
     conda:
         CONDA_ENV
     log:
-        "logs/download_data/{filename}.log",
+        log_path("download_data/{filename}.log"),
     script:
         "../scripts/commutators/download_data.py"
 
@@ -34,7 +34,7 @@ rule prepare_data:
     input:
         unpack(data_inputs),
     output:
-        "results/commutators/{experiment}/data.h5",
+        results_path("commutators/{experiment}/data.h5"),
     params:
         experiment=exp_json("data"),
         # the workbook by content: other bytes under the same name and time rerun
@@ -42,16 +42,16 @@ rule prepare_data:
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{experiment}/prepare_data.log",
+        log_path("commutators/{experiment}/prepare_data.log"),
     script:
         "../scripts/commutators/prepare_data.py"
 
 
 rule train_ensemble:
     input:
-        "results/commutators/{experiment}/data.h5",
+        results_path("commutators/{experiment}/data.h5"),
     output:
-        "results/commutators/{experiment}/trajectories.h5",
+        results_path("commutators/{experiment}/trajectories.h5"),
     params:
         experiment=exp_json("train"),
     threads: THREADS
@@ -60,18 +60,18 @@ rule train_ensemble:
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{experiment}/train_ensemble.log",
+        log_path("commutators/{experiment}/train_ensemble.log"),
     benchmark:
-        "benchmarks/commutators/{experiment}/train_ensemble.tsv"
+        benchmark_path("commutators/{experiment}/train_ensemble.tsv")
     script:
         "../scripts/commutators/train_ensemble.py"
 
 
 rule commutators:
     input:
-        "results/commutators/{experiment}/trajectories.h5",
+        results_path("commutators/{experiment}/trajectories.h5"),
     output:
-        "results/commutators/{experiment}/diagnostics.nc",
+        results_path("commutators/{experiment}/diagnostics.nc"),
     params:
         diagnostics=canonical_json(config["commutators"]["diagnostics"]),
     threads: THREADS
@@ -80,9 +80,9 @@ rule commutators:
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{experiment}/commutators.log",
+        log_path("commutators/{experiment}/commutators.log"),
     benchmark:
-        "benchmarks/commutators/{experiment}/commutators.tsv"
+        benchmark_path("commutators/{experiment}/commutators.tsv")
     script:
         "../scripts/commutators/commutators.py"
 
@@ -91,18 +91,19 @@ rule commutator_tables:
     input:
         diagnostics_files(),
     output:
-        csv=reported(
-            expand("results/tables/commutators/{table}.csv", table=TABLES),
+        csv=expand(results_path("tables/commutators/{table}.csv"), table=TABLES),
+        md=expand(results_path("tables/commutators/{table}.md"), table=TABLES),
+        html=reported(
+            expand(results_path("tables/commutators/{table}.html"), table=TABLES),
             caption=lambda stem: f"../report/commutators/{stem}.rst",
             category="Commutator study",
             subcategory="Tables",
             labels=lambda stem: {"table": stem},
         ),
-        md=expand("results/tables/commutators/{table}.md", table=TABLES),
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/tables.log",
+        log_path("commutators/tables.log"),
     script:
         "../scripts/commutators/commutator_tables.py"
 
@@ -111,9 +112,9 @@ rule commutator_figure:
     input:
         diagnostics_files(),
     output:
-        reported(
+        figures=reported(
             expand(
-                "results/figures/commutators/{{figure}}.{fmt}",
+                results_path("figures/commutators/{{figure}}.{fmt}"),
                 fmt=config["plots"]["formats"],
             ),
             caption="../report/commutators/figure.rst",
@@ -121,6 +122,8 @@ rule commutator_figure:
             subcategory="Figures",
             labels={"figure": "{figure}"},
         ),
+        # the data-driven caption, read by the report's caption
+        caption=results_path(f"figures/commutators/{{figure}}{CAPTION_SUFFIX}"),
     wildcard_constraints:
         figure=name_regex(FIGURES),
     params:
@@ -128,6 +131,6 @@ rule commutator_figure:
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{figure}.log",
+        log_path("commutators/{figure}.log"),
     script:
         "../scripts/commutators/commutator_figure.py"

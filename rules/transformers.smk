@@ -22,7 +22,7 @@ rule fetch_model:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/fetch_model.log",
+        log_path("transformers/{model}/fetch_model.log"),
     script:
         "../scripts/transformers/fetch_model.py"
 
@@ -45,9 +45,9 @@ rule random_model:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/random_model.log",
+        log_path("transformers/{model}/random_model.log"),
     benchmark:
-        "benchmarks/transformers/{model}/random_model.tsv"
+        benchmark_path("transformers/{model}/random_model.tsv")
     script:
         "../scripts/transformers/random_model.py"
 
@@ -56,26 +56,26 @@ rule extract_weights:
     input:
         f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
-        "results/transformers/{model}/weights.h5",
+        results_path("transformers/{model}/weights.h5"),
     resources:
         **model_resources("extract_weights"),
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/extract_weights.log",
+        log_path("transformers/{model}/extract_weights.log"),
     benchmark:
-        "benchmarks/transformers/{model}/extract_weights.tsv"
+        benchmark_path("transformers/{model}/extract_weights.tsv")
     script:
         "../scripts/transformers/extract_weights.py"
 
 
 rule spectra:
     input:
-        weights="results/transformers/{model}/weights.h5",
+        weights=results_path("transformers/{model}/weights.h5"),
         # read to check that weights.h5 is this model's (specalign.transformers.lineage)
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
-        "results/transformers/{model}/spectra.nc",
+        results_path("transformers/{model}/spectra.nc"),
     params:
         eta=config["transformers"]["eta"],
     threads: THREADS
@@ -86,20 +86,20 @@ rule spectra:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/spectra.log",
+        log_path("transformers/{model}/spectra.log"),
     benchmark:
-        "benchmarks/transformers/{model}/spectra.tsv"
+        benchmark_path("transformers/{model}/spectra.tsv")
     script:
         "../scripts/transformers/spectra.py"
 
 
 rule propagate:
     input:
-        weights="results/transformers/{model}/weights.h5",
+        weights=results_path("transformers/{model}/weights.h5"),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
-        spectra="results/transformers/{model}/spectra.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
     output:
-        "results/transformers/{model}/propagation.nc",
+        results_path("transformers/{model}/propagation.nc"),
     params:
         settings=canonical_json(
             {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
@@ -112,20 +112,20 @@ rule propagate:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/propagate.log",
+        log_path("transformers/{model}/propagate.log"),
     benchmark:
-        "benchmarks/transformers/{model}/propagate.tsv"
+        benchmark_path("transformers/{model}/propagate.tsv")
     script:
         "../scripts/transformers/propagate.py"
 
 
 rule steer:
     input:
-        weights="results/transformers/{model}/weights.h5",
+        weights=results_path("transformers/{model}/weights.h5"),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
-        spectra="results/transformers/{model}/spectra.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
     output:
-        "results/transformers/{model}/steering.nc",
+        results_path("transformers/{model}/steering.nc"),
     params:
         settings=canonical_json(
             {
@@ -143,37 +143,38 @@ rule steer:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/steer.log",
+        log_path("transformers/{model}/steer.log"),
     benchmark:
-        "benchmarks/transformers/{model}/steer.tsv"
+        benchmark_path("transformers/{model}/steer.tsv")
     script:
         "../scripts/transformers/steer.py"
 
 
 rule sphere_dynamics:
     output:
-        "results/transformers/sphere/sphere.nc",
+        results_path("transformers/sphere/sphere.nc"),
     params:
         settings=canonical_json(config["transformers"]["sphere"]),
     threads: THREADS
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/sphere_dynamics.log",
+        log_path("transformers/sphere_dynamics.log"),
     script:
         "../scripts/transformers/sphere_dynamics.py"
 
 
 rule transformer_model_figures:
     input:
-        spectra="results/transformers/{model}/spectra.nc",
-        propagation="results/transformers/{model}/propagation.nc",
-        steering="results/transformers/{model}/steering.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
+        propagation=results_path("transformers/{model}/propagation.nc"),
+        steering=results_path("transformers/{model}/steering.nc"),
         null_spectra=random_twin_spectra,
+        null_propagation=random_twin_propagation,
     output:
-        reported(
+        figures=reported(
             expand(
-                "results/figures/transformers/{{model}}/{stem}.{fmt}",
+                results_path("figures/transformers/{{model}}/{stem}.{fmt}"),
                 stem=MODEL_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -182,6 +183,12 @@ rule transformer_model_figures:
             subcategory="{model}",
             labels=lambda stem: {"model": "{model}", "figure": stem},
         ),
+        # the data-driven captions, read by the report's captions
+        captions=expand(
+            results_path("figures/transformers/{{model}}/{stem}{suffix}"),
+            stem=MODEL_FIGURES,
+            suffix=CAPTION_SUFFIX,
+        ),
     params:
         plots=canonical_json(config["plots"]),
         null_name=lambda w: random_twin(w.model) or "",
@@ -189,22 +196,22 @@ rule transformer_model_figures:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/figures.log",
+        log_path("transformers/{model}/figures.log"),
     script:
         "../scripts/transformers/transformer_model_figures.py"
 
 
 rule transformer_model_tables:
     input:
-        spectra="results/transformers/{model}/spectra.nc",
-        propagation="results/transformers/{model}/propagation.nc",
-        steering="results/transformers/{model}/steering.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
+        propagation=results_path("transformers/{model}/propagation.nc"),
+        steering=results_path("transformers/{model}/steering.nc"),
     output:
         reported(
             expand(
-                "results/tables/transformers/{{model}}/{table}.{ext}",
+                results_path("tables/transformers/{{model}}/{table}.{ext}"),
                 table=["eigenvalues", "propagation", "steering"],
-                ext=["csv", "md"],
+                ext=["csv", "md", "html"],
             ),
             caption=lambda stem: f"../report/transformers/table_{stem}.rst",
             category="Transformer study",
@@ -214,7 +221,7 @@ rule transformer_model_tables:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/tables.log",
+        log_path("transformers/{model}/tables.log"),
     script:
         "../scripts/transformers/transformer_model_tables.py"
 
@@ -222,12 +229,12 @@ rule transformer_model_tables:
 rule transformer_overview:
     # Cross-model figures (paper Figs 7 and our reading of 9) and the sphere (13, 14).
     input:
-        spectra=expand("results/transformers/{model}/spectra.nc", model=MODELS),
-        sphere="results/transformers/sphere/sphere.nc",
+        spectra=expand(results_path("transformers/{model}/spectra.nc"), model=MODELS),
+        sphere=results_path("transformers/sphere/sphere.nc"),
     output:
         figures=reported(
             expand(
-                "results/figures/transformers/{stem}.{fmt}",
+                results_path("figures/transformers/{stem}.{fmt}"),
                 stem=OVERVIEW_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -236,8 +243,13 @@ rule transformer_overview:
             subcategory="All models and sphere dynamics",
             labels=lambda stem: {"figure": stem},
         ),
+        captions=expand(
+            results_path("figures/transformers/{stem}{suffix}"),
+            stem=OVERVIEW_FIGURES,
+            suffix=CAPTION_SUFFIX,
+        ),
         sphere_table=reported(
-            ["results/tables/transformers/sphere.csv", "results/tables/transformers/sphere.md"],
+            expand(results_path("tables/transformers/sphere.{ext}"), ext=["csv", "md", "html"]),
             caption="../report/transformers/table_sphere.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -250,6 +262,6 @@ rule transformer_overview:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/overview.log",
+        log_path("transformers/overview.log"),
     script:
         "../scripts/transformers/transformer_overview.py"

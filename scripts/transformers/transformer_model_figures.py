@@ -5,7 +5,7 @@ from pathlib import Path
 import seaborn as sns
 
 from specalign import io
-from specalign.output import save_figure
+from specalign.output import save_figure, write_caption
 from specalign.transformers import figures, lineage
 from specalign.workflow import log, param_json, run_script
 
@@ -18,6 +18,9 @@ def main(smk):
     data = {key: io.read_netcdf(smk.input[key]) for key in ("spectra", "propagation", "steering")}
     # the three files of one model, never a mix of two (the null is its twin's)
     lineage.check_same({smk.input[key]: ds.attrs for key, ds in data.items()})
+    null_prop = (
+        io.read_netcdf(smk.input.null_propagation[0]) if smk.input.null_propagation else None
+    )
     made = figures.model_figures(
         model,
         spectra=data["spectra"],
@@ -26,8 +29,9 @@ def main(smk):
         null_spectra=null,
         null_name=smk.params.null_name or None,
         like_of=smk.params.like_of or None,
+        null_prop=null_prop,
     )
-    outdir = Path(smk.output[0]).parent
+    outdir = Path(smk.output.figures[0]).parent
     for stem in figures.MODEL_FIGURES:
         if stem in made:
             fig, caption = made[stem]
@@ -36,6 +40,7 @@ def main(smk):
                 f"{model}: {stem}", "its mode is not in propagation.nc"
             )
         save_figure(fig, outdir / stem, formats=settings["formats"], dpi=settings["dpi"])
+        write_caption(outdir / stem, caption)
         log.info("%s: %s", stem, caption)
 
 

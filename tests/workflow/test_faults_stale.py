@@ -196,7 +196,7 @@ def _tcfg(**transformers: Any) -> dict:
     [
         (None, "does not exist"),
         (b"", "is empty"),
-        (b"\x00\x01\x02\xff\xfe" * 20, "not text"),
+        (b"\x00\x01\x02\xff\xfe" * 20, "not readable UTF-8 text"),
         (b"   \n\n  \n", "is empty"),
     ],  # fmt: skip
 )

