@@ -148,7 +148,9 @@ def test_weights_of_another_model_are_refused(repo, tmp_path_factory, faults):
     root = tmp_path_factory.mktemp("lineage_models")
     ma, mb = save_tiny("bert", root / "ma", seed=0), save_tiny("bert", root / "mb", seed=1)
     cfg = transformer_config(
-        {"a": {"source": "local", "path": str(ma)}, "b": {"source": "local", "path": str(mb)}}
+        {"a": {"source": "local", "path": str(ma)}, "b": {"source": "local", "path": str(mb)}},
+        # no tokenizer in these folders: the target by id
+        steering={"target_id": 3, "c": [2.0], "methods": ["min_norm"]},
     )
     work = new_workdir(tmp_path_factory, "lineage", cfg)
     res = work / "results/transformers"
