@@ -36,7 +36,7 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
-from specalign.transformers import contracts, propagate, spectra
+from specalign.transformers import contracts, propagate, spectra, streaming
 from specalign.transformers.families import family
 from specalign.transformers.propagate import Corr
 from specalign.transformers.weights import ModelWeights
@@ -268,6 +268,11 @@ def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
     return model.get_submodule(path), adapter.out_projection_transposed
 
 
+def _out_projection_path(model: Any, layer: int) -> str:
+    adapter = family(getattr(model.config, "model_type", None))
+    return str(adapter.out_projection).format(layer=layer % int(model.config.num_hidden_layers))
+
+
 def _decoder_layers(model: Any) -> Any:
     """The causal LM's list of layers, from the adapter's output-projection path
     (``transformer.h.{layer}.attn.c_proj`` -> ``transformer.h``)."""
@@ -311,7 +316,8 @@ def next_token_probs(
     ids = np.asarray(input_ids)
     if ids.ndim == 1:
         ids = ids[None]
-    device = str(next(model.parameters()).device)
+    stream = streaming.stream_of(model)
+    device = str(streaming.model_device(model))
     module, transposed = _out_projection(model, layer)
     n_layers = int(model.config.num_hidden_layers)
     changed = layer % n_layers
@@ -349,18 +355,28 @@ def next_token_probs(
     finally:
         for h in hooks:
             h.remove()
-    original = module.weight.detach().clone()
+    # a streamed model reads the weight from the checkpoint when its layer runs: the
+    # variant replaces it there (an override), a loaded one in its storage
+    weight_name = f"{_out_projection_path(model, layer)}.weight"
+    original = None if stream is not None else module.weight.detach().clone()
     after = []
     try:
         for i in range(changed):
             layers[i].forward = lambda *_a, i=i, **_k: recorded[i]
         for st in stored:
-            with torch.no_grad():
-                module.weight.copy_(torch.as_tensor(st, dtype=module.weight.dtype, device=device))
+            new = torch.as_tensor(st, dtype=module.weight.dtype, device=device)
+            if stream is not None:
+                stream.overrides[weight_name] = new
+            else:
+                with torch.no_grad():
+                    module.weight.copy_(new)
             after.append(prob())
     finally:
-        with torch.no_grad():
-            module.weight.copy_(original)
+        if stream is not None:
+            stream.overrides.pop(weight_name, None)
+        else:
+            with torch.no_grad():
+                module.weight.copy_(original)
         for i in range(changed):
             layers[i].__dict__.pop("forward", None)
     return before, after
@@ -413,10 +429,18 @@ def model_inputs(
     """The real model's embedding output for ``ids`` (n_prompts, n_tokens, d_model) and
     the input embedding of ``token_id`` as stored (embedding_size,), both float64, from
     one load of the model (freed on return)."""
-    model = propagate.load_base_model(model_dir, device)
-    # the residual stream as last state: OPT-350m's own last state has another width
-    X0 = propagate.model_hidden_states(model, ids, final_norm=False)[0]
-    e = model.get_input_embeddings().weight[int(token_id)].detach().to("cpu").double().numpy()
+    import torch
+
+    # streamed and stopped at the first layer: only the embeddings are read
+    model = streaming.streamed_model(model_dir, "base", device)
+    try:
+        t_ids = torch.as_tensor(np.asarray(ids), dtype=torch.long, device=device)
+        X0 = streaming.first_layer_input(model, t_ids).to("cpu", torch.float64).numpy()
+        # as the model computes with it (float32): the value the loaded model had
+        row = model.specalign_stream.embedding_row(int(token_id))
+        e = row.to(model.specalign_stream.dtype).to(torch.float64).numpy()
+    finally:
+        streaming.close_stream(model)
     del model
     gc.collect()
     return X0, e
@@ -559,8 +583,11 @@ def steering_dataset(
         if progress:
             progress("next-token probabilities through the causal LM")
         # loaded once, after the float64 weights are gone
-        lm = load_causal_lm(model_dir, device)
-        before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
+        lm = streaming.streamed_model(model_dir, "causal_lm", device)
+        try:
+            before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
+        finally:
+            streaming.close_stream(lm)
         out.p_before[...] = before
         out.p_after[...] = np.reshape(after, out.p_after.shape)
     ds = out.dataset(methods, cs, u)
