@@ -159,3 +159,79 @@ def test_a_layer_over_the_memory_limit_is_refused(tmp_models: Path) -> None:
     with pytest.raises(streaming.LayerTooLargeError, match=r"'layers\.0'.*GiB.*limit"):
         streaming.streamed_model(folder, "base", mem_limit=layer - 1)
     streaming.close_stream(streaming.streamed_model(folder, "base", mem_limit=layer))
+
+
+# --------------------------------------------------------------------------- the twin
+
+
+def _reference(case: str, seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
+    import transformers
+
+    from specalign.transformers.sources import _random_model_class
+
+    cfg = dict(CONFIGS[case])
+    model_type = cfg.pop("model_type")
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    torch.manual_seed(seed)
+    model = _random_model_class(model_type).from_config(config, dtype=torch.float32)
+    return config, model.state_dict()
+
+
+def _written(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(file)))
+    return out
+
+
+@pytest.mark.parametrize("case", ["bert", "albert", "distilbert", "llama", "gpt2", "phi3", "opt"])
+def test_twin_has_the_family_initialisation(tmp_path: Path, case: str) -> None:
+    """Written unit by unit: the encoders' tensors are from_config's bit for bit; every
+    family's tensors have from_config's mean and standard deviation (within sampling
+    error), deterministic ones (norm gains, zero biases) exactly; tied heads left out."""
+    from specalign.transformers.sources import _random_model_class
+    from specalign.transformers.twin import write_random_weights
+
+    config, ref = _reference(case, seed=0)
+    model_class = _random_model_class(CONFIGS[case]["model_type"])
+    info = write_random_weights(model_class, config, tmp_path, seed=0, shard_bytes=30_000)
+    got = _written(tmp_path)
+    tied = getattr(config, "tie_word_embeddings", False)
+    saved_keys = {k for k in ref if not (tied and k == "lm_head.weight")}
+    assert set(got) == saved_keys - {k for k in saved_keys if k.endswith(".position_ids")}
+    if case in ("bert", "albert", "distilbert"):
+        for k in got:
+            torch.testing.assert_close(got[k], ref[k], rtol=0, atol=0, msg=k)
+    for k, t in got.items():
+        r = ref[k]
+        if r.std() == 0 or r.numel() < 2:
+            torch.testing.assert_close(t, r, rtol=0, atol=0, msg=k)
+            continue
+        n, sigma = r.numel(), float(r.std())
+        assert abs(float(t.mean()) - float(r.mean())) < 6 * sigma / n**0.5, k
+        assert abs(float(t.std()) / sigma - 1) < 6 / (2 * n) ** 0.5 + 0.02, k
+    assert len(info["files"]) > 1 and (tmp_path / "model.safetensors.index.json").exists()
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(got)
+    # transformers reads it back as the model it is
+    loaded = model_class.from_pretrained(str(tmp_path))
+    for k, t in loaded.state_dict().items():
+        if k in got:
+            torch.testing.assert_close(t, got[k], rtol=0, atol=0)
+
+
+def test_twin_saved_in_the_published_dtype(tmp_path: Path) -> None:
+    """A bf16 configuration gives a bf16 twin, one file when it fits a shard; the real
+    passes stream it."""
+    from specalign.transformers.sources import make_random_model
+
+    cfg = {**CONFIGS["mistral"], "dtype": "bfloat16"}
+    folder = make_random_model(cfg, tmp_path / "twin", seed=1)
+    got = _written(folder)
+    assert {t.dtype for t in got.values()} == {torch.bfloat16}
+    assert [p.name for p in folder.glob("*.safetensors")] == ["model.safetensors"]
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    states = prop.real_forward_hidden_states(folder, _ids("mistral"))
+    assert np.isfinite(states).all()

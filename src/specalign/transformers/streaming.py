@@ -95,9 +95,7 @@ def parameters_on_meta() -> Iterator[None]:
     def register(module: Any, name: str, param: Any) -> None:
         original(module, name, param)
         if param is not None and param.device.type != "meta":
-            module._parameters[name] = torch.nn.Parameter(
-                param.to("meta"), requires_grad=False
-            )
+            module._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=False)
 
     torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
     try:
@@ -113,6 +111,38 @@ def layer_container(adapter: FamilyAdapter) -> str:
     parts = adapter.probe.split(".")
     first = next(i for i, p in enumerate(parts) if p.isdigit())
     return ".".join(parts[:first])
+
+
+def _base_prefix(model: Any) -> str:
+    """The attribute holding the base model inside a head model ("" for a base model)."""
+    base = getattr(model, "base_model_prefix", "")
+    return base if base and hasattr(model, base) and model is not model.base_model else ""
+
+
+def layers_path(model: Any, adapter: FamilyAdapter) -> str:
+    """The module path of the decoder layers' list in ``model`` (base or head model)."""
+    container, base = layer_container(adapter), _base_prefix(model)
+    return f"{base}.{container}" if base else container
+
+
+def model_units(model: Any, adapter: FamilyAdapter) -> dict[str, list[str]]:
+    """Unit path -> the full names of its parameters, in the model's module order: each
+    decoder layer is one unit, and so is every other module owning parameters directly,
+    with everything below it (so that no unit is released while a module around it
+    still computes)."""
+    container = layers_path(model, adapter)
+    layer_paths = [f"{container}.{i}" for i in range(len(model.get_submodule(container)))]
+    units: dict[str, list[str]] = {}
+    covered: tuple[str, ...] = tuple(f"{p}." for p in layer_paths)
+    for path, module in model.named_modules():
+        owns = any(True for _ in module.named_parameters(recurse=False))
+        if path in layer_paths or (path and owns and not path.startswith(covered)):
+            units[path] = [f"{path}.{n}" for n, _ in module.named_parameters()]
+            if path not in layer_paths:
+                covered = (*covered, f"{path}.")
+    if any(True for _ in model.named_parameters(recurse=False)):
+        raise ValueError(f"{type(model).__name__} owns parameters at its root")
+    return units
 
 
 def _head_class(kind: str) -> Any:
@@ -138,14 +168,13 @@ class LayerStream:
         keys = self.ckpt.keys
         self._keys = set(keys)
         self.ckpt_prefix = find_prefix(keys, adapter, model_dir)
-        base = getattr(model, "base_model_prefix", "")
-        self.base = base if base and hasattr(model, base) and model is not model.base_model else ""
+        self.base = _base_prefix(model)
         #: parameter name -> names of every parameter tied to it (the same object)
         by_id: dict[int, list[str]] = {}
         for name, p in model.named_parameters(remove_duplicate=False):
             by_id.setdefault(id(p), []).append(name)
         self._tied = {n: names for names in by_id.values() for n in names}
-        self.units = self._units()
+        self.units = model_units(model, adapter)
         #: parameter name -> checkpoint key, every one resolved before any long work;
         #: a module outside the layers that the checkpoint lacks entirely (the pooler of
         #: a base model saved from a masked LM) is initialised as ``from_pretrained``
@@ -178,31 +207,6 @@ class LayerStream:
                     module._buffers[name] = buf.to(device)
 
     # ------------------------------------------------------------------ the units
-    def _units(self) -> dict[str, list[str]]:
-        """Unit path -> the full names of its parameters, in forward order of the
-        layers; each decoder layer is one unit, and so is every other module owning
-        parameters directly."""
-        container = layer_container(self.adapter)
-        container = f"{self.base}.{container}" if self.base else container
-        layers = self.model.get_submodule(container)
-        units: dict[str, list[str]] = {}
-        layer_paths = [f"{container}.{i}" for i in range(len(layers))]
-        inside = tuple(f"{p}." for p in layer_paths)
-        covered: tuple[str, ...] = inside
-        for path, module in self.model.named_modules():
-            if path in layer_paths:
-                units[path] = [f"{path}.{n}" for n, _ in module.named_parameters()]
-            elif path and not path.startswith(covered) and any(
-                True for _ in module.named_parameters(recurse=False)
-            ):
-                # a module owning parameters is one unit with everything below it, so
-                # that no unit is released while a module around it still computes
-                units[path] = [f"{path}.{n}" for n, _ in module.named_parameters()]
-                covered = (*covered, f"{path}.")
-        if any(True for _ in self.model.named_parameters(recurse=False)):
-            raise ValueError(f"{type(self.model).__name__} owns parameters at its root")
-        return units
-
     def _relative(self, name: str) -> str | None:
         """The base-model-relative name, None for a head parameter outside the base."""
         if not self.base:
@@ -242,9 +246,7 @@ class LayerStream:
     def unit_bytes(self, compute_bytes: int) -> dict[str, int]:
         """Unit path -> its resident bytes once materialised in the compute dtype."""
         return {
-            path: sum(
-                math.prod(self.model.get_parameter(n).shape) * compute_bytes for n in names
-            )
+            path: sum(math.prod(self.model.get_parameter(n).shape) * compute_bytes for n in names)
             for path, names in self.units.items()
         }
 
@@ -338,9 +340,7 @@ def memory_limit_bytes() -> int | None:
     return min(limits) if limits else None
 
 
-def check_units_fit(
-    stream: LayerStream, compute_bytes: int, limit: int | None, where: str
-) -> None:
+def check_units_fit(stream: LayerStream, compute_bytes: int, limit: int | None, where: str) -> None:
     """Refuse a model one of whose units (a decoder layer, the embeddings, the LM head)
     would not fit ``limit`` even alone, naming the unit's size and the limit."""
     if limit is None:
@@ -421,11 +421,8 @@ def first_layer_input(model: Any, input_ids: Any) -> Any:
     import torch
 
     stream = stream_of(model)
-    container = layer_container(stream.adapter if stream else _adapter_of(model))
-    base = getattr(model, "base_model_prefix", "")
-    if base and hasattr(model, base) and model is not model.base_model:
-        container = f"{base}.{container}"
-    first = model.get_submodule(container)[0]
+    adapter = stream.adapter if stream else _adapter_of(model)
+    first = model.get_submodule(layers_path(model, adapter))[0]
     seen: list[Any] = []
 
     def hook(_m: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
