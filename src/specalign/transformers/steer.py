@@ -306,9 +306,9 @@ def next_token_probs(
     variant; the model is left as it was.
 
     Only the changed layer and those after it run again for a variant: the outputs of the
-    earlier layers are recorded in the unchanged run and replayed (their ``forward`` is
-    replaced by the recorded output while the variants run), since they cannot depend on
-    a later layer's weights. At GPT-Neo 2.7B a variant then costs one layer and the LM
+    earlier layers are replayed (their ``forward`` is replaced by the output the last of
+    them gave in the unchanged run, the input of the changed layer), since they cannot
+    depend on a later layer's weights. At GPT-Neo 2.7B a variant then costs one layer and the LM
     head instead of 32 layers.
     """
     import torch
@@ -333,23 +333,31 @@ def next_token_probs(
             )
         stored.append(st)
     t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
+    # only the last position's logits are read: the head (V x d per token, the largest
+    # product of a Llama-3 pass) runs on that position alone where the LM allows it
+    last_only = {"logits_to_keep": 1} if streaming.accepts_logits_to_keep(model) else {}
 
     def prob() -> np.ndarray:
         with torch.no_grad():
             logits = model(
-                input_ids=t_ids, attention_mask=torch.ones_like(t_ids), use_cache=False
+                input_ids=t_ids,
+                attention_mask=torch.ones_like(t_ids),
+                use_cache=False,
+                **last_only,
             ).logits
         p = torch.softmax(logits[:, -1, :].to(torch.float64), dim=-1)[:, int(target_id)]
         return p.cpu().numpy()
 
     layers = _decoder_layers(model)
+    # only the output of the layer before the changed one reaches it: the earlier
+    # replayed layers feed replayed layers, which ignore their input, so they return
+    # the same record (one layer's states held, not L - 1)
     recorded: dict[int, Any] = {}
     hooks = [
-        layers[i].register_forward_hook(
-            lambda _m, _a, out, i=i: recorded.__setitem__(i, _clone_output(out))
+        layers[changed - 1].register_forward_hook(
+            lambda _m, _a, out: recorded.__setitem__(changed - 1, _clone_output(out))
         )
-        for i in range(changed)
-    ]
+    ] if changed else []  # fmt: skip
     try:
         before = prob()
     finally:
@@ -362,7 +370,7 @@ def next_token_probs(
     after = []
     try:
         for i in range(changed):
-            layers[i].forward = lambda *_a, i=i, **_k: recorded[i]
+            layers[i].forward = lambda *_a, **_k: recorded[changed - 1]
         for st in stored:
             new = torch.as_tensor(st, dtype=module.weight.dtype, device=device)
             if stream is not None:
