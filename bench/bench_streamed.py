@@ -169,7 +169,9 @@ def ideal(job: str, w: dict[str, float], r: dict[str, float], threads: int) -> f
 # ----------------------------------------------------------------------------- jobs
 
 
-def run_job(job: str, folder: Path, cfg: dict[str, Any], threads: int) -> dict[str, Any]:
+def run_job(
+    job: str, folder: Path, cfg: dict[str, Any], threads: int, device: str = "cpu"
+) -> dict[str, Any]:
     """Run one job in this process (the child); return what it measured."""
     import torch
 
@@ -189,14 +191,14 @@ def run_job(job: str, folder: Path, cfg: dict[str, Any], threads: int) -> dict[s
         make_random_model(dict(cfg), ckpt, seed=0)
         info["bytes"] = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
     elif job == "propagate_real":
-        states = prop.real_forward_hidden_states(ckpt, ids)
+        states = prop.real_forward_hidden_states(ckpt, ids, device=device)
         info["states"] = list(states.shape)
         info["finite"] = bool(np.isfinite(states).all())
     elif job == "steer_real":
         from specalign.transformers import steer, streaming
 
-        X0, e = steer.model_inputs(ckpt, ids, TARGET_ID)
-        lm = streaming.streamed_model(ckpt, "causal_lm")
+        X0, e = steer.model_inputs(ckpt, ids, TARGET_ID, device)
+        lm = streaming.streamed_model(ckpt, "causal_lm", device)
         stream = lm.specalign_stream
         name = f"model.layers.{cfg['num_hidden_layers'] - 1}.self_attn.o_proj.weight"
         W = stream.ckpt.tensor(stream.keys[name]).double().numpy()
@@ -252,6 +254,7 @@ def main() -> int:
     parser.add_argument("--rules", nargs="+", default=list(JOBS[:3]), choices=JOBS)
     parser.add_argument("--tmp", type=Path, default=None)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the streamed passes)")
     parser.add_argument("--job", help=argparse.SUPPRESS)  # internal: run one job here
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -260,7 +263,7 @@ def main() -> int:
     if args.layers:
         cfg["num_hidden_layers"] = args.layers
     if args.job:
-        print(json.dumps(run_job(args.job, args.folder, cfg, args.threads)))
+        print(json.dumps(run_job(args.job, args.folder, cfg, args.threads, args.device)))
         return 0
 
     folder = Path(tempfile.mkdtemp(prefix="streamed-", dir=args.tmp))
@@ -286,7 +289,8 @@ def main() -> int:
                 drop_cache(folder / "checkpoint")
             load = os.getloadavg()[0]
             cmd = [sys.executable, __file__, "--shape", args.shape, "--threads",
-                   str(args.threads), "--job", job, "--folder", str(folder)]  # fmt: skip
+                   str(args.threads), "--job", job, "--folder", str(folder),
+                   "--device", args.device]  # fmt: skip
             if args.layers:
                 cmd += ["--layers", str(args.layers)]
             proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -235,3 +235,33 @@ def test_twin_saved_in_the_published_dtype(tmp_path: Path) -> None:
     assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
     states = prop.real_forward_hidden_states(folder, _ids("mistral"))
     assert np.isfinite(states).all()
+
+
+# --------------------------------------------------------------------------- CUDA
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("case", ["bert", "llama", "phi3"])
+def test_streamed_passes_on_cuda_agree_with_cpu(tmp_models: Path, case: str) -> None:
+    """The streamed passes with every unit moved to the GPU as it runs: the states, the
+    embedding output and the next-token probabilities agree with the CPU's to float32
+    round-off."""
+    folder = _folder(tmp_models, case)
+    ids = _ids(case)
+    cpu = prop.real_forward_hidden_states(folder, ids)
+    gpu = prop.real_forward_hidden_states(folder, ids, device="cuda")
+    scale = np.abs(cpu).max(axis=(1, 2, 3), keepdims=True)
+    assert (np.abs(gpu - cpu) <= 1e-5 * scale).all()
+    X0, e = st.model_inputs(folder, ids, 5, device="cuda")
+    np.testing.assert_allclose(X0, cpu[0], rtol=0, atol=1e-6 * float(scale[0]))
+    if tiny_models.family(CONFIGS[case]["model_type"]).causal_lm:
+        W = np.zeros((X0.shape[-1], X0.shape[-1]))
+        probs = []
+        for device in ("cpu", "cuda"):
+            lm = streaming.streamed_model(folder, "causal_lm", device)
+            probs.append(st.next_token_probs(lm, ids, 3, [W]))
+            streaming.close_stream(lm)
+        np.testing.assert_allclose(probs[1][0], probs[0][0], rtol=1e-4)
+        np.testing.assert_allclose(probs[1][1][0], probs[0][1][0], rtol=1e-4)
