@@ -180,16 +180,21 @@ def stored_bytes_per_value(config: Mapping[str, Any], model_dir: str | Path | No
     """Bytes per stored value: from the safetensors headers when the weights are on disk,
     else config.json's ``dtype`` / ``torch_dtype`` (float32 when it names none)."""
     if model_dir is not None:
+        from specalign.transformers.checkpoint import (
+            CheckpointError,
+            read_header,
+            safetensors_files,
+        )
+
         total = count = 0
-        for path in sorted(Path(model_dir).glob("*.safetensors")):
-            with open(path, "rb") as f:
-                (length,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(length))
-            for name, entry in header.items():
-                if name != "__metadata__":
+        try:  # bounded headers of the one checkpoint; a damaged one is named by its jobs
+            for path in safetensors_files(model_dir):
+                for entry in read_header(path).values():
                     n = math.prod(entry["shape"])
                     total += n * _DTYPE_BYTES.get(entry["dtype"], 4)
                     count += n
+        except CheckpointError:
+            total = count = 0
         if count:
             return total / count
     name = str(config.get("dtype") or config.get("torch_dtype") or "float32")
