@@ -120,9 +120,9 @@ UNIT_ROWS = [
         "Qwen3 checkpoint in the hub's block-wise FP8 layout (`quantization_config` fp8, "
         "`weight_block_size` [16, 16], float8 codes with `weight_scale_inv`)",
         "dequantized W = q x s per block (exactly, float64); \\|F\\| within 5 % of the "
-        "unquantized model's (it was the codes: 1e4-1e7 x too large); without accelerate "
-        "(transformers' FP8 loader) fetch_model refuses it naming the scheme, before the "
-        "real-model passes would fail",
+        "unquantized model's (it was the codes: 1e4-1e7 x too large); the streamed "
+        "real-model passes do not dequantize: fetch_model refuses it for them naming the "
+        "scheme, before any long job",
         "`tests/transformers/test_checkpoints.py::test_fp8_block_quantized_weights_are_dequantized`",
     ),
     (

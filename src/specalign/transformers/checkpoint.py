@@ -304,17 +304,15 @@ def dequantize_fp8_blocks(
 
 
 def check_transformers_can_load(config: Mapping[str, Any], where: str | Path) -> None:
-    """The real-model passes (propagate, steer) load the checkpoint through transformers,
-    whose block-wise FP8 loader needs ``accelerate``: without it the job would fail with
-    an ImportError after extraction and spectra. CheckpointError naming the scheme then,
-    before any long work; extraction itself dequantizes without it."""
-    import importlib.util
-
+    """The real-model passes (propagate, steer) stream the checkpoint's stored tensors
+    layer by layer (:mod:`specalign.transformers.streaming`), which does not apply block
+    scales: a quantized checkpoint would be run on its float8 codes. CheckpointError
+    naming the scheme, before any long work; extraction itself dequantizes."""
     q = quantization(config, where)
-    if q is not None and importlib.util.find_spec("accelerate") is None:
+    if q is not None:
         raise CheckpointError(
             f"{where}: quantization scheme {q['quant_method']!r} with weight_block_size "
-            f"{q['weight_block_size']}: the real-model passes load it through transformers, "
-            "which needs the `accelerate` package for it; fix: pip install accelerate, or "
-            "use the model's unquantized release"
+            f"{q['weight_block_size']}: the real-model passes (propagate, steer) read the "
+            "stored tensors layer by layer and do not dequantize them; fix: use the model's "
+            "unquantized release"
         )

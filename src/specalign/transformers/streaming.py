@@ -378,7 +378,7 @@ def streamed_model(
     dtype = dtype or torch.float32
     config = read_config(model_dir)
     adapter = adapter_for(config)
-    hf = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    hf = AutoConfig.from_pretrained(str(model_dir), local_files_only=True, trust_remote_code=False)
     with parameters_on_meta():
         model = _head_class(kind).from_config(hf, attn_implementation="eager", dtype=dtype)
     model.eval()
