@@ -197,9 +197,7 @@ def _directions(lam: np.ndarray, column: Callable[[int], np.ndarray], d: int) ->
     if not np.isfinite(top).all():
         basis[:] = np.nan  # the invariant subspace of an exact zero is not 1- or 2-D
     else:
-        U, sv, _ = np.linalg.svd(
-            np.concatenate([top.real, top.imag], axis=1), full_matrices=False
-        )
+        U, sv, _ = np.linalg.svd(np.concatenate([top.real, top.imag], axis=1), full_matrices=False)
         rank = int(np.sum(sv > 1e-10 * sv[0]))
         basis[:, :rank] = U[:, :rank]
     out["top2_basis"] = basis
