@@ -16,7 +16,9 @@ import tiny_models
 from tiny_models import CONFIGS
 
 from specalign.io import InputFileError
+from specalign.transformers import propagate as prop
 from specalign.transformers import spectra
+from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
 from specalign.transformers.families import adapter_for
@@ -232,3 +234,62 @@ def test_per_head_spectra_match_each_heads_dense_ov_circuit(saved: dict, case: s
     # the sum over heads of F_h is F: the trace (sum of eigenvalues) adds up
     tr = (ds["head_eigenvalues_real"].sum(("head", "head_eig"))).values
     np.testing.assert_allclose(tr, [np.trace(blk.F) for blk in mw.blocks], atol=1e-12)
+
+
+# ----------------------------------------------------------------- consumers of the factors
+
+
+@pytest.mark.parametrize("case", GQA[:1] + ["qwen3", "gemma"])
+def test_propagation_on_the_factors_matches_the_dense_F(saved: dict, case: str) -> None:
+    """simplified_full applies F x as W_O'(W_V' x); the directions come from the r x r
+    product: both agree with the dense F to round-off."""
+    import dataclasses
+
+    mw = read_weights_h5(saved[case][1])
+    assert mw.factored
+    dense = dataclasses.replace(mw, n_kv_heads=mw.n_heads)  # same arrays, dense path
+    assert not dense.factored
+    X0 = np.random.default_rng(1).standard_normal((2, 5, mw.d_model))
+    for attention in ("full", "real"):
+        a = prop.simplified_forward(mw, X0, 0.8, attention, n_layers=4)
+        b = prop.simplified_forward(dense, X0, 0.8, attention, n_layers=4)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    for blk in mw.blocks:
+        fac = prop.block_principal_directions(mw, blk)
+        ref = prop.principal_directions(blk.F)
+        if fac["lambda_v1"] == 0.0:  # F's leading real eigenvalue is an exact zero
+            assert np.isnan(fac["v1"]).all() and abs(ref["lambda_v1"]) < 1e-12
+            continue
+        for key in ("v1", "lambda_v1"):
+            np.testing.assert_allclose(fac[key], ref[key], rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["min_norm", "lstsq"])
+@pytest.mark.parametrize("case", GQA[:1] + ["gemma"])
+def test_steering_on_the_factors_matches_the_dense_construction(
+    saved: dict, case: str, method: str
+) -> None:
+    """The W_O change of a grouped-query layer computed on the factors (pinv of W_V', the
+    r x r decomposition of F') equals the dense construction with the expanded W_V."""
+    mw = read_weights_h5(saved[case][1])
+    blk = mw.blocks[-1]
+    u = np.random.default_rng(2).standard_normal(mw.d_model)
+    fac = st.steer(blk.W_O, blk.W_V, u, 1.5, method=method, n_heads=mw.n_heads,
+                   n_kv_heads=mw.kv_heads)  # fmt: skip
+    ref = st.steer(blk.W_O, blk.W_V, u, 1.5, method=method)
+    scale = np.abs(ref.delta).max()
+    np.testing.assert_allclose(fac.delta, ref.delta, rtol=0, atol=1e-10 * scale)
+    assert fac.old_spectral_radius == pytest.approx(ref.old_spectral_radius, rel=1e-10)
+    # min_norm makes u an exact eigenvector; lstsq only when u lies in W_V's row space,
+    # which a rank-r W_V (r < d) does not span: the same residual either way
+    assert fac.residual == pytest.approx(ref.residual, rel=1e-8, abs=1e-12)
+    assert (fac.residual < 1e-10) == (method == "min_norm")
+    assert fac.u_is_leading == ref.u_is_leading
+    assert fac.relative_change == pytest.approx(ref.relative_change, rel=1e-9)
+    lam = fac.eigenvalues
+    dist = np.abs(lam[:, None] - ref.eigenvalues[None, :]).min(axis=1)
+    assert dist.max() < 1e-10 * np.abs(ref.eigenvalues).max()
+    np.testing.assert_allclose(fac.directions["v1"], ref.directions["v1"], rtol=0, atol=1e-8)
+    u = u / np.linalg.norm(u)
+    target = 1.5 * fac.old_spectral_radius
+    assert np.linalg.norm(fac.F @ u - target * u) / target == pytest.approx(fac.residual, abs=1e-12)
