@@ -22,8 +22,9 @@ class BlockWeights:
     the pre-attention one for pre-LN families (GPT-2, GPT-Neo, Llama, ...). Gemma's
     x_hat (1 + w) is stored as the gain 1 + w, RMSNorms as a zero bias. With grouped-query
     attention W_K, W_V, b_K, b_V are expanded to one row block per query head (query head
-    h reads key/value head h // (n_heads / n_kv_heads)). Families without a bias store
-    zeros and say so in ``has_bias``.
+    h reads key/value head h // (n_heads / n_kv_heads)); ``weights.h5`` (v3) stores them
+    once per key/value head, and :meth:`ModelWeights.ov_factors` gives F's factors.
+    Families without a bias store zeros and say so in ``has_bias``.
 
     Optional, per family: ``q_norm``/``k_norm`` (d_head,), the gains of the per-head
     RMSNorms on queries and keys (Qwen3, Gemma 3), and ``post_norm`` (d_model,), the gain
