@@ -293,3 +293,50 @@ def test_steering_on_the_factors_matches_the_dense_construction(
     u = u / np.linalg.norm(u)
     target = 1.5 * fac.old_spectral_radius
     assert np.linalg.norm(fac.F @ u - target * u) / target == pytest.approx(fac.residual, abs=1e-12)
+
+
+def test_grouped_but_full_rank_keeps_F_and_groups_kv(saved: dict, tmp_path: Path) -> None:
+    """n_kv_heads < n_heads with r = n_kv_heads * d_head = d: K, V stored per key/value
+    head, F stored and the spectra on the dense path (the rank bound is not below d)."""
+    import dataclasses
+
+    from specalign.transformers.contracts import write_weights_h5
+    from specalign.transformers.weights import BlockWeights, expand_rows
+
+    rng = np.random.default_rng(3)
+    d, H, kv, dh = 16, 4, 2, 8
+    base = read_weights_h5(saved[GQA[0]][1])
+
+    def block() -> BlockWeights:
+        def rows(*shape: int) -> np.ndarray:
+            return expand_rows(rng.standard_normal((kv * dh, *shape)), H, kv)
+
+        return BlockWeights(
+            W_Q=rng.standard_normal((H * dh, d)), W_K=rows(d), W_V=rows(d),
+            W_O=rng.standard_normal((d, H * dh)), b_Q=np.zeros(H * dh), b_K=rows(),
+            b_V=rows(), b_O=np.zeros(d), ln_weight=np.ones(d), ln_bias=np.zeros(d),
+        )  # fmt: skip
+
+    mw = dataclasses.replace(
+        base, d_model=d, n_heads=H, n_kv_heads=kv, blocks=[block(), block()], rotary=None,
+        rotary_inv_freq=None, rotary_scaling=None,
+    )  # fmt: skip
+    assert mw.rank_bound == d and not mw.factored
+    path = tmp_path / "weights.h5"
+    write_weights_h5(path, mw)
+    with h5py.File(path) as f:
+        assert f["F"].shape == (2, d, d) and f["blocks/0/W_V"].shape == (kv * dh, d)
+        assert "blocks/0/W_O_grouped" not in f
+    back = read_weights_h5(path)
+    for a, b in zip(mw.blocks, back.blocks, strict=True):
+        np.testing.assert_array_equal(a.W_V, b.W_V)
+        np.testing.assert_array_equal(a.b_K, b.b_K)
+    ds = spectra.spectra_dataset(back, eta=0.5)
+    assert ds.sizes["eig"] == d and int(ds["n_zero_eigenvalues"].max()) == 0
+    np.testing.assert_array_equal(
+        ds["eigenvalues_real"].values[0],
+        spectra.spectrum(back.blocks[0].F, 0.5)["eigenvalues"].real,
+    )
+    bad = dataclasses.replace(mw.blocks[0], W_V=rng.standard_normal((H * dh, d)))
+    with pytest.raises(ValueError, match="not repeated"):
+        write_weights_h5(tmp_path / "bad.h5", dataclasses.replace(mw, blocks=[bad]))
