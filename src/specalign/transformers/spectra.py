@@ -255,7 +255,7 @@ def spectrum(
     out.update(n_zero_eigenvalues=0, zero_eigenvalues_index=-1)
     if vectors:
         assert vecs is not None
-        out.update(_vector_summary(lam, lambda i: vecs[:, i], d, lambda v: F @ v))
+        out.update(_vector_summary(lam, lambda i: vecs[:, i], d, lambda v: _real_matmul(F, v)))
     return out
 
 
@@ -294,16 +294,31 @@ def spectrum_factored(
     if vectors:
         assert U is not None
         nan_v = np.full(d, np.nan + 0j)
+        cache: dict[int, np.ndarray] = {}
 
         def column(i: int) -> np.ndarray:
-            return W_O @ U[:, order[i]] if order[i] < r else nan_v
+            if order[i] >= r:
+                return nan_v
+            if i not in cache:
+                cache[i] = _real_matmul(W_O, U[:, order[i]])
+            return cache[i]
 
-        out.update(_vector_summary(lam, column, d, lambda v: W_O @ (W_V @ v)))
+        def apply_F(v: np.ndarray) -> np.ndarray:
+            return _real_matmul(W_O, _real_matmul(W_V, v))
+
+        out.update(_vector_summary(lam, column, d, apply_F))
         real_idx = np.flatnonzero(lam.imag == 0)
         # the index into the listed eigenvalues (-1 when F's leading real one is a zero)
         k = int(order[real_idx[0]]) if real_idx.size else -1
         out["leading_real_index"] = k if 0 <= k < r else -1
     return out
+
+
+def _real_matmul(A: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """A @ v for a real A and a real or complex v, without numpy's complex copy of A."""
+    if np.iscomplexobj(v):
+        return (A @ v.real) + 1j * (A @ v.imag)
+    return A @ v
 
 
 def _summary(lam: np.ndarray, eta: float) -> dict[str, Any]:
