@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from specalign.transformers.variables import SPECTRA, describe
 from specalign.transformers.weights import ModelWeights
 
 
@@ -446,7 +447,8 @@ def spectra_dataset(
     """``spectra.nc`` content for every distinct block of ``mw`` (shared blocks once).
 
     Dims: ``block`` (distinct F), ``eig`` (the first ``n_eigs`` sorted eigenvalues,
-    all when None), ``component`` (d_model), ``plane`` (2), ``layer``. No complex
+    all when None), ``component`` (d_model), ``plane`` (2), ``layer`` (1..L, the
+    paper's numbering, with the coordinate ``layer_block``: the block of each layer). No complex
     dtypes (plain netCDF readers cannot read them): complex quantities are split into
     ``*_real``/``*_imag`` variables, booleans stored as int8 0/1.
 
@@ -454,7 +456,7 @@ def spectra_dataset(
     ``v2_real``, ``v2_imag``, ``v1_leading_real`` (block, component); ``v1_plane``
     (block, plane, component); ``gap``, ``spectral_radius``, ``radius_is_negative``,
     ``lambda1_is_complex``, ``leading_real_index``, ``lambda_I_plus_etaF_real``/``_imag``,
-    ``dominant_is_lambda1``, ``eta_bound`` (block,); ``layer_block`` (layer,); the
+    ``dominant_is_lambda1``, ``eta_bound`` (block,); the
     directions that propagation and steering measure against (:func:`directions`):
     ``direction_v1``, ``direction_v2``, ``direction_v_neg`` (block, component),
     ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` (block,) and ``direction_basis``
@@ -514,7 +516,6 @@ def spectra_dataset(
         "n_zero_eigenvalues": (bdims, stack("n_zero_eigenvalues").astype(np.int64)),
         "zero_eigenvalues_index": (bdims, stack("zero_eigenvalues_index").astype(np.int64)),
         "eigenpair_residual": (bdims, stack("eigenpair_residual").astype(np.float64)),
-        "layer_block": (("layer",), np.asarray(mw.layer_block, dtype=np.int64)),
     }
     heads = [s["heads"] for s in per_block]
     head_lam = np.stack([h["eigenvalues"] for h in heads])
@@ -541,7 +542,9 @@ def spectra_dataset(
         coords={
             "block": np.arange(len(mw.blocks)),
             "eig": np.arange(1, n + 1),
-            "layer": np.arange(mw.n_layers),
+            # layers 1..L as the paper counts them; layer_block maps each to its block
+            "layer": np.arange(1, mw.n_layers + 1),
+            "layer_block": ("layer", np.asarray(mw.layer_block, dtype=np.int64)),
             "head": np.arange(mw.n_heads),
             "head_eig": np.arange(1, head_lam.shape[2] + 1),
         },
@@ -574,52 +577,13 @@ def spectra_dataset(
             ),
         },
     )
-    descriptions = {
-        "n_zero_eigenvalues": (
-            "eigenvalues of F that are exactly 0 because rank F <= rank_bound < d_model; "
-            "not listed in eigenvalues_real/_imag (0 for a block decomposed densely)"
-        ),
-        "zero_eigenvalues_index": (
-            "how many listed eigenvalues precede F's exact zeros in the sort order: the "
-            "zeros hold ranks index+1 .. index+n_zero_eigenvalues of F's spectrum "
-            "(-1 when there are none)"
-        ),
-        "eigenpair_residual": (
-            "max over the returned eigenpairs (v1, v2, direction_v1, direction_v2, "
-            "direction_v_neg) of |F v - lambda v|_2 / spectral_radius, v of unit norm"
-        ),
-        "head_eigenvalues_real": (
-            "real part of the eigenvalues of W_V^h W_O^h (d_head x d_head), the nonzero "
-            "eigenvalues of head h's OV circuit F_h = W_O^h W_V^h, sorted as eigenvalues_real"
-        ),
-        "head_eigenvalues_imag": "imaginary part of head_eigenvalues_real's eigenvalues",
-        "head_lambda1_real": (
-            "real part of F_h's leading eigenvalue (largest real part; 0 when all of "
-            "W_V^h W_O^h's eigenvalues have negative real part, F_h's zeros then leading)"
-        ),
-        "head_lambda1_imag": "imaginary part of head_lambda1_real's eigenvalue",
-        "head_positive_fraction": (
-            "sum_k max(Re lambda_k, 0) / sum_k |lambda_k| over F_h's eigenvalues: the "
-            "share of the head's eigenvalue mass on the positive real side (1: a copying "
-            "head); NaN when F_h = 0"
-        ),
-    }
-    for name, text in descriptions.items():
-        ds[name].attrs["description"] = text
-    ds["head"].attrs["description"] = "0-based query head index within the block"
-    ds["head_eig"].attrs["description"] = "1-based rank of a head eigenvalue in the sort order"
-    ds["eig"].attrs["description"] = (
-        "1-based rank of the eigenvalue among the listed ones in the sort order (F's exact "
-        "zeros of a factored block are not listed: see n_zero_eigenvalues)"
-        if factored
-        else "1-based rank of the eigenvalue in the sort order"
-    )
-    ds["v1_plane"].attrs["description"] = (
-        "orthonormal basis of span{Re v1, Im v1} when lambda_1 is complex, NaN otherwise"
-    )
-    ds["leading_real_index"].attrs["description"] = (
-        "0-based index in the eig dim of the leading real eigenvalue, -1 if none listed"
-        if factored
-        else "0-based sorted index of the leading real eigenvalue, -1 if none"
-    )
-    return ds
+    if factored:  # the listed spectrum of a factored block: the table's text + the zeros
+        ds["eig"].attrs["description"] = (
+            "1-based rank of the eigenvalue among the listed ones in the sort order (F's "
+            "exact zeros of a factored block are not listed: see n_zero_eigenvalues)"
+        )
+        ds["leading_real_index"].attrs["description"] = (
+            "0-based index in the eig dim of the leading real eigenvalue, -1 if none listed "
+            "(F's leading real eigenvalue is then one of its exact zeros, or there is none)"
+        )
+    return describe(ds, SPECTRA)
