@@ -36,6 +36,7 @@ from hub_protocol import Cut, HubServer
 from snakemake_helpers import run_snakemake
 from tiny_models import TINY_CONFIGS, save_tiny
 
+from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract
 from specalign.transformers.families import FAMILIES
 from specalign.transformers.sources import (
@@ -137,8 +138,12 @@ def _recorded(workdir: Path, name: str) -> tuple[dict, dict, np.ndarray]:
     # a snapshot in transformers.cache lies in the working directory: named relative to it
     assert not Path(manifest["path"]).is_absolute(), manifest["path"]
     manifest["path"] = str(workdir / manifest["path"])
-    with h5py.File(workdir / "results" / "transformers" / name / "weights.h5") as f:
-        return manifest, dict(f.attrs), f["F"][()]
+    path = workdir / "results" / "transformers" / name / "weights.h5"
+    with h5py.File(path) as f:
+        attrs = dict(f.attrs)
+    # a grouped-query model with r < d stores no F (format 3): F = W_O W_V as read back
+    mw = read_weights_h5(path)
+    return manifest, attrs, np.stack([block.F for block in mw.blocks])
 
 
 @pytest.fixture(scope="module")
