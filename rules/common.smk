@@ -211,7 +211,11 @@ def transformer_targets():
         *rules.transformer_model_figures.output,
         *rules.transformer_model_tables.output,
     ]
-    return expand(per_model, model=MODELS) + list(rules.transformer_overview.output)
+    return (
+        expand(per_model, model=MODELS)
+        + list(rules.transformer_layers.output)
+        + list(rules.transformer_overview.output)
+    )
 
 
 def all_targets():
