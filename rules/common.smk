@@ -38,6 +38,10 @@ GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
 RUNTIME = config["resources"]["runtime"]
+# The folder of the rule files (script paths are relative to it), read while this file
+# is included: workflow.basedir is the importing workflow's when this workflow is a
+# module of another one (config/README.md).
+RULES_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False))
 
 
 def name_regex(names):
@@ -54,10 +58,9 @@ def fingerprint_scripts(rules):
     Snakemake tracks neither, so without it an edited kernel would not rerun the jobs
     that use it; the module set is read from the imports, never listed by hand.
     """
-    rule_files = Path(workflow.basedir) / "rules"  # scripts are given relative to them
     for each in rules:
         if each.script:
-            each.set_params(code=script_fingerprint(rule_files / each.script))
+            each.set_params(code=script_fingerprint(RULES_DIR / each.script))
 
 
 def exp_cfg(wildcards):

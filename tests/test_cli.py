@@ -264,3 +264,21 @@ def test_ctrl_c_then_same_command_finishes(tiny_llama, tmp_path):
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["layer"]) == [1, 2]
     check_layer_values(out, summary)
+
+
+def test_failed_job_exits_1_naming_job_and_log(tmp_path):
+    """A checkpoint whose safetensors file was cut short passes the folder checks but
+    fails in extract_weights: exit 1, the job and its log named."""
+    from tiny_models import save_tiny
+
+    folder = save_tiny("llama", tmp_path / "cut-short", seed=0)
+    weights = folder / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    out = tmp_path / "run"
+    proc = run_cli("analyze", str(folder), "--out", str(out), "--no-twin", *SMALL)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    log = out / "logs" / "transformers" / "cut-short" / "extract_weights.log"
+    assert last == f"specalign: job extract_weights failed; its log: {log}"
+    assert log.is_file()
+    assert not (out / "summary.csv").exists()

@@ -355,9 +355,9 @@ def run_snakemake(
                 where = ", ".join(str(base / p) for p in logs) if logs else "no log file"
                 lines.append(f"job {what} failed; its log: {where}")
             raise JobFailed("\n".join(lines))
-        raise JobFailed(
-            "the workflow stopped before running its jobs (Snakemake's message is above)"
-        )
+        logs = sorted((base / ".snakemake" / "log").glob("*.snakemake.log"))
+        where = f"; the run's log: {logs[-1]}" if logs else ""
+        raise JobFailed(f"the workflow stopped with an error (Snakemake's message is above){where}")
     return RunResult(events.started, events.nothing_to_do and not events.started)
 
 
