@@ -11,7 +11,7 @@ rule reproduction:
         sphere=rules.sphere_dynamics.output if MODELS else [],
     output:
         report(
-            "results/reproduction.md",
+            results_path("reproduction.md"),
             caption="../report/reproduction.rst",
             category="Reproduction report",
             labels={"document": "reproduction.md"},
@@ -22,6 +22,6 @@ rule reproduction:
     conda:
         CONDA_ENV
     log:
-        "logs/reproduction.log",
+        log_path("reproduction.log"),
     script:
         "../scripts/reproduction.py"

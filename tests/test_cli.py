@@ -169,6 +169,7 @@ def test_python_api(minilm_run):
         ("rho", "propagation.nc"),
         ("gamma_u", "steering.nc"),
         ("F", "weights.h5"),
+        ("weights_layer_block", "weights.h5"),
         ("propagation_lambda_v1", "propagation.nc"),
         ("spectra_lambda_v1", "spectra.nc"),
     ]:
@@ -177,7 +178,7 @@ def test_python_api(minilm_run):
     assert full.attrs["weights_convention"].startswith("y = W x + b")
     # one numbering: the spectra's layer -> block map on layers 1..L
     np.testing.assert_array_equal(
-        full["spectra_layer_block"].sel(layer=[1, 2, 3, 4, 5, 6]).values, np.arange(6)
+        full["layer_block"].sel(layer=[1, 2, 3, 4, 5, 6]).values, np.arange(6)
     )
     with pytest.raises(FileNotFoundError, match="models there"):
         specalign.load(out, "nope")

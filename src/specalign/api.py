@@ -81,12 +81,13 @@ def _weights_dataset(path: Path) -> xr.Dataset:
     import xarray as xr
 
     raw = xr.open_dataset(path, engine="h5netcdf", phony_dims="access")
+    # the other files hold layer_block as a coordinate: this one is weights_layer_block
     named = {"F": ("block", "out", "in"), "layer_block": ("layer",)}
     out = xr.Dataset()
     for name, da in raw.data_vars.items():
         var = da.variable.copy(deep=False)
         var.dims = named.get(str(name), tuple(f"{name}_dim_{i}" for i in range(var.ndim)))
-        out[f"weights_{name}" if name not in named else str(name)] = var
+        out[str(name) if name == "F" else f"weights_{name}"] = var
     if "layer" in out.dims:
         out = out.assign_coords(layer=range(1, out.sizes["layer"] + 1))
     out.attrs = dict(raw.attrs)

@@ -388,8 +388,10 @@ def workflow_argv(out: Path, config_path: Path, settings: Settings) -> list[str]
 
 
 def results_dir(out: Path, cfg: Mapping[str, Any]) -> Path:
-    """The folder the workflow writes its results to, inside ``out``."""
-    return out / str(cfg.get("results", "results")).rstrip("/")
+    """The folder the workflow writes its results to, inside ``out`` (key ``results``)."""
+    from specalign.config import results_folder
+
+    return out / results_folder(cfg)
 
 
 def layers_csv(out: Path, cfg: Mapping[str, Any]) -> Path:
