@@ -10,11 +10,13 @@ rule reproduction:
         steering=expand(rules.steer.output[0], model=MODELS),
         sphere=rules.sphere_dynamics.output if MODELS else [],
     output:
-        report(
-            results_path("reproduction.md"),
+        md=results_path("reproduction.md"),
+        # the same text as a page, which the report shows in place
+        html=report(
+            results_path("reproduction.html"),
             caption="../report/reproduction.rst",
             category="Reproduction report",
-            labels={"document": "reproduction.md"},
+            labels={"document": "reproduction"},
         ),
     params:
         models=MODELS,
