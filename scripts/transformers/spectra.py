@@ -9,9 +9,17 @@ from specalign.workflow import log, run_script
 def main(smk):
     mw = contracts.read_weights_h5(smk.input[0])
     device = torch_device(smk.resources.get("gpu", 0))
-    log.info("%d blocks of d = %d on %s", len(mw.blocks), mw.d_model, device)
+    log.info(
+        "%d blocks of d = %d on %s, %s",
+        len(mw.blocks),
+        mw.d_model,
+        device,
+        f"factored: r x r products, r = {mw.rank_bound}" if mw.factored else "dense geev of F",
+    )
     ds = spectra.spectra_dataset(mw, eta=float(smk.params.eta), device=device, threads=smk.threads)
     log.info("Re lambda_1 per block: %s", ds["eigenvalues_real"].isel(eig=0).values.round(4))
+    log.info("eigenpair residual / radius, max over blocks: %.2e",
+             float(ds["eigenpair_residual"].max()))  # fmt: skip
     write_netcdf(smk.output[0], ds)
 
 

@@ -381,8 +381,8 @@ def test_version_1_weights_h5_is_read_with_its_meaning(cases: dict, tmp_path: Pa
     )  # fmt: skip
     np.testing.assert_array_equal(old.blocks[1].F, case.mw.blocks[1].F)
     with h5py.File(path, "a") as f:
-        f.attrs["format_version"] = 3
-    with pytest.raises(InputFileError, match="format_version 3 is newer.*rerun extract_weights"):
+        f.attrs["format_version"] = 4
+    with pytest.raises(InputFileError, match="format_version 4 is newer.*rerun extract_weights"):
         read_weights_h5(path)
     with h5py.File(path, "a") as f:
         f.attrs["format_version"] = 2

@@ -36,6 +36,7 @@ from hub_protocol import Cut, HubServer
 from snakemake_helpers import run_snakemake
 from tiny_models import TINY_CONFIGS, save_tiny
 
+from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract
 from specalign.transformers.families import FAMILIES
 from specalign.transformers.sources import (
@@ -134,8 +135,12 @@ def _write_config(workdir: Path, models: dict[str, dict]) -> list[str]:
 def _recorded(workdir: Path, name: str) -> tuple[dict, dict, np.ndarray]:
     """The manifest, the weights.h5 attributes and F of a model of a workflow run."""
     manifest = json.loads((workdir / "models" / name / "manifest.json").read_text())
-    with h5py.File(workdir / "results" / "transformers" / name / "weights.h5") as f:
-        return manifest, dict(f.attrs), f["F"][()]
+    path = workdir / "results" / "transformers" / name / "weights.h5"
+    with h5py.File(path) as f:
+        attrs = dict(f.attrs)
+    # a grouped-query model with r < d stores no F (format 3): F = W_O W_V as read back
+    mw = read_weights_h5(path)
+    return manifest, attrs, np.stack([block.F for block in mw.blocks])
 
 
 @pytest.fixture(scope="module")

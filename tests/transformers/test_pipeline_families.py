@@ -14,7 +14,7 @@ import xarray as xr
 import yaml
 from snakemake_helpers import run_snakemake
 
-from specalign.transformers.contracts import FORMAT_VERSION, MODES
+from specalign.transformers.contracts import FORMAT_VERSION, MODES, read_weights_h5
 from specalign.transformers.families import FAMILIES, family
 from specalign.transformers.figures import OVERVIEW_FIGURES
 from specalign.transformers.paper import PAPER_FAMILIES
@@ -49,11 +49,19 @@ def test_every_supported_family_runs(families_run):
         with h5py.File(_files(workdir, model, "weights.h5")) as f:
             assert f.attrs["format_version"] == FORMAT_VERSION
             seen.setdefault(f.attrs["family"], []).append(str(f.attrs["ln_position"]))
-            for b in range(f["F"].shape[0]):
-                W_O, W_V = f[f"blocks/{b}/W_O"][()], f[f"blocks/{b}/W_V"][()]
-                np.testing.assert_allclose(W_O @ W_V, f["F"][b], rtol=1e-12, atol=1e-14)
             kv, heads = int(f.attrs["n_kv_heads"]), int(f.attrs["n_heads"])
-            assert heads % kv == 0 and W_V.shape[0] == heads * int(f.attrs["d_head"])
+            d, d_head = int(f.attrs["d_model"]), int(f.attrs["d_head"])
+            factored = kv * d_head < d  # grouped-query at rank r < d: factors, no F
+            assert ("F" in f) != factored, model
+            mw = read_weights_h5(_files(workdir, model, "weights.h5"))
+            for b in range(int(f.attrs["n_blocks"])):
+                W_V = f[f"blocks/{b}/W_V"][()]
+                assert heads % kv == 0 and W_V.shape[0] == kv * d_head
+                W_O = f[f"blocks/{b}/W_O_grouped" if factored else f"blocks/{b}/W_O"][()]
+                F = mw.blocks[b].W_O @ mw.blocks[b].W_V  # the expanded form read back
+                np.testing.assert_allclose(W_O @ W_V, F, rtol=1e-12, atol=1e-14)
+                if not factored:
+                    np.testing.assert_allclose(F, f["F"][b], rtol=1e-12, atol=1e-14)
             assert ("rotary" in f) == (f.attrs["rotary"] != "none")
     assert set(seen) == set(FAMILIES) - set(PAPER_FAMILIES)
     assert sorted(seen["opt"]) == ["post", "pre"]  # OPT-350m's layout and OPT-125m's

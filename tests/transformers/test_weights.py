@@ -366,7 +366,8 @@ def test_spectrum_with_complex_leading_pair() -> None:
 def test_spectra_dataset_layout_and_netcdf_round_trip(tiny: dict, tmp_path: Path) -> None:
     mw = extract(tiny["albert"][1])
     ds = spectra_dataset(mw, eta=0.1, n_eigs=5)
-    sizes = {"block": 1, "eig": 5, "component": D, "plane": 2, "layer": 3, "basis": 3}
+    sizes = {"block": 1, "eig": 5, "component": D, "plane": 2, "layer": 3, "basis": 3,
+             "head": mw.n_heads, "head_eig": D // mw.n_heads}  # fmt: skip
     assert dict(ds.sizes) == sizes
     assert all(v.dtype.kind != "c" for v in ds.data_vars.values())
     np.testing.assert_array_equal(ds["layer_block"], [0, 0, 0])

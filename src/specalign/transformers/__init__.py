@@ -10,9 +10,12 @@ column vectors, y = W x + b, every W stored as (out, in) in float64. For a model
 * ``F = W_O W_V`` = sum_h W_O^h W_V^h: (d_model, d_model), the matrix whose principal
   eigenvector tokens tilt towards.
 * With grouped-query attention (``n_kv_heads`` < ``n_heads``) query head h reads
-  key/value head h // (n_heads / n_kv_heads); W_K and W_V are kept expanded to n_heads
-  heads, so the two lines above hold as written. ``d_head`` may differ from
-  d_model / n_heads (a family's ``head_dim``).
+  key/value head h // (n_heads / n_kv_heads); in memory W_K and W_V are kept expanded to
+  n_heads heads, so the two lines above hold as written (``weights.h5`` stores them once
+  per key/value head). ``d_head`` may differ from d_model / n_heads (a family's
+  ``head_dim``). F = W_O' W_V' has rank <= r = n_kv_heads * d_head
+  (``ModelWeights.ov_factors``); when r < d the model is *factored* and no d x d F is
+  formed: spectra, propagation and steering use the factors.
 
 Modules (import them directly; this package imports nothing on purpose). Kernels:
 ``families`` (one adapter per model family, its traps named), ``weights`` (the in-memory

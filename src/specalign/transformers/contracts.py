@@ -21,16 +21,25 @@ This module reads and writes; the kernels that compute what goes in live beside 
 that a rule that only reads a file does not depend on the code that made it.
 
 ``weights.h5`` contract (``results/transformers/{model}/weights.h5``; all float64,
-y = W x + b with W stored (out, in)); format_version 2:
+y = W x + b with W stored (out, in)); format_version 3:
 
-* ``F`` (block, d, d): F_b = W_O W_V of each distinct block.
+* ``F`` (block, d, d): F_b = W_O W_V of each distinct block; only when the rank bound
+  r = n_kv_heads * d_head is not below d (v3; every block of a version 1 or 2 file has
+  it). With grouped-query attention and r < d (Mistral-7B: r = 1024, d = 4096) F has rank
+  at most r and is kept as its factors instead: ``blocks/{b}/W_O_grouped`` and W_V.
 * ``layer_block`` (layer,) int64: block index used by each layer.
-* ``blocks/{b}/W_Q``, ``W_K``, ``W_V`` (n_heads*d_head, d), ``W_O`` (d, n_heads*d_head),
-  ``b_Q``, ``b_K``, ``b_V`` (n_heads*d_head,), ``b_O`` (d,), ``ln_weight``,
-  ``ln_bias`` (d,): the effective gain and bias of the norm of the simplified update
-  (Gemma's stored w as the gain 1 + w; zeros for an RMSNorm's bias). With grouped-query
-  attention W_K, W_V, b_K, b_V are stored expanded to n_heads heads (query head h reads
-  key/value head h // (n_heads / n_kv_heads)), so that F = W_O W_V holds as written.
+* ``blocks/{b}/W_Q`` (n_heads*d_head, d), ``W_K``, ``W_V`` (n_kv_heads*d_head, d),
+  ``W_O`` (d, n_heads*d_head), ``b_Q`` (n_heads*d_head,), ``b_K``, ``b_V``
+  (n_kv_heads*d_head,), ``b_O`` (d,), ``ln_weight``, ``ln_bias`` (d,): the effective gain
+  and bias of the norm of the simplified update (Gemma's stored w as the gain 1 + w;
+  zeros for an RMSNorm's bias). Query head h reads key/value head
+  h // (n_heads / n_kv_heads); version 1 and 2 files store W_K, W_V, b_K, b_V expanded
+  to n_heads heads instead, and :func:`read_weights_h5` expands a v3 file's the same way,
+  so a ``BlockWeights`` always holds them expanded (F = W_O W_V holds as written).
+* ``blocks/{b}/W_O_grouped`` (d, n_kv_heads*d_head) (v3, only where ``F`` is absent):
+  W_O' of F = W_O' W_V, the sum of the output columns of the query heads that share a
+  key/value head (:meth:`specalign.transformers.weights.ModelWeights.ov_factors`);
+  checked against W_O on reading.
 * optional per block (v2): ``blocks/{b}/q_norm``, ``k_norm`` (d_head,), the gains of
   the per-head RMSNorms on queries and keys (Qwen3, Gemma 3); ``blocks/{b}/post_norm``
   (d,), the gain of the RMSNorm on the attention output (Gemma 2/3).
@@ -47,7 +56,8 @@ y = W x + b with W stored (out, in)); format_version 2:
   "rmsnorm"), ``n_kv_heads``, ``attn_softcap`` (float or "null"), ``residual``
   ("sequential" or "parallel") and ``rotary`` ("none", "half" or "interleaved").
 
-Version 1 files (the four families of the paper, before the newer ones) are read with
+Version 2 files (K, V expanded, F of every block) are read as they are; version 1 files
+(the four families of the paper, before the newer ones) are read with
 the version 1 meaning of the absent keys (LayerNorm, no grouped K/V, no rotary, no
 softcap, sequential residual); files of a newer version are refused with the fix.
 
@@ -74,12 +84,20 @@ import numpy as np
 
 from specalign import io
 from specalign.io import InputFileError, atomic_path, checksummed, read_h5
-from specalign.transformers.weights import BlockWeights, ModelWeights
+from specalign.transformers.weights import (
+    BlockWeights,
+    ModelWeights,
+    expand_rows,
+    group_rows,
+    ov_factors,
+)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 BLOCK_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight", "ln_bias")
 #: Block datasets written only for the families that have them (v2).
 OPTIONAL_BLOCK_FIELDS = ("q_norm", "k_norm", "post_norm")
+#: Block datasets stored at n_kv_heads heads since v3 (expanded to n_heads in memory).
+KV_FIELDS = ("W_K", "W_V", "b_K", "b_V")
 BIAS_KEYS = ("Q", "K", "V", "O")
 _ROOT_ATTRS = (
     "source",
@@ -150,21 +168,41 @@ def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
     import h5py
 
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        F = np.stack([blk.F for blk in mw.blocks]).astype(np.float64)
-        f.create_dataset("F", data=F, chunks=(1, *F.shape[1:]), fletcher32=True)
+        if not mw.factored:
+            F = np.stack([blk.F for blk in mw.blocks]).astype(np.float64)
+            f.create_dataset("F", data=F, chunks=(1, *F.shape[1:]), fletcher32=True)
         for b, blk in enumerate(mw.blocks):
-            write_block(f, b, blk)
+            write_block(f, b, blk, mw.n_heads, mw.kv_heads)
         has_bias = [{k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS} for blk in mw.blocks]
         write_weights_attrs(f, mw, has_bias, mw.d_head)
 
 
-def write_block(f: Any, b: int, blk: BlockWeights) -> None:
-    """The datasets ``blocks/{b}/...`` of one block (the optional ones when present)."""
+def block_factored(blk: BlockWeights, n_heads: int, n_kv_heads: int) -> bool:
+    """Whether ``blk`` is stored as factors, without F: r = n_kv_heads * d_head < d."""
+    return n_kv_heads * (blk.W_V.shape[0] // n_heads) < blk.W_V.shape[1]
+
+
+def write_block(
+    f: Any, b: int, blk: BlockWeights, n_heads: int | None = None, n_kv_heads: int | None = None
+) -> None:
+    """The datasets ``blocks/{b}/...`` of one block (the optional ones when present).
+
+    ``n_heads``/``n_kv_heads`` (both or neither): with grouped-query attention the
+    key/value rows are stored once per key/value head, and ``W_O_grouped`` where the block
+    is factored (:func:`block_factored`); ValueError if ``blk``'s expanded rows are not
+    copies of their key/value head's.
+    """
+    grouped = n_heads is not None and n_kv_heads is not None and n_kv_heads != n_heads
     for name in BLOCK_FIELDS + OPTIONAL_BLOCK_FIELDS:
         value = getattr(blk, name)
         if value is not None:
             arr = np.asarray(value, dtype=np.float64)
+            if grouped and name in KV_FIELDS:
+                arr = group_rows(arr, n_heads, n_kv_heads)  # type: ignore[arg-type]
             f.create_dataset(f"blocks/{b}/{name}", data=arr, **checksummed(arr))
+    if grouped and block_factored(blk, n_heads, n_kv_heads):  # type: ignore[arg-type]
+        W_O = np.asarray(ov_factors(blk, n_heads, n_kv_heads)[0], np.float64)  # type: ignore[arg-type]
+        f.create_dataset(f"blocks/{b}/W_O_grouped", data=W_O, **checksummed(W_O))
 
 
 def _write_array(f: Any, name: str, value: Any) -> None:
@@ -207,8 +245,9 @@ def write_weights_attrs(
         "attn_softcap": "null" if mw.attn_softcap is None else float(mw.attn_softcap),
         "residual": mw.residual,
         "rotary": mw.rotary or "none",
-        "convention": "y = W x + b; W stored (out, in); F = W_O W_V; K, V expanded to "
-        "n_heads heads; float64",
+        "convention": "y = W x + b; W stored (out, in); F = W_O W_V = W_O_grouped W_V; "
+        "K, V stored at n_kv_heads heads; F stored only when n_kv_heads * d_head >= d; "
+        "float64",
         "format_version": FORMAT_VERSION,
         **io.provenance_attrs(),  # the thread count F = W_O W_V was computed with
     }
@@ -235,9 +274,11 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
     missing = [a for a in required if a not in attrs]
     if missing:
         raise fail(f"missing root attribute(s) {', '.join(missing)}")
-    if "F" not in data or "layer_block" not in data:
-        raise fail("missing dataset F or layer_block")
-    n_blocks = data["F"].shape[0]
+    if "layer_block" not in data:
+        raise fail("missing dataset layer_block")
+    n_blocks = len({k.split("/")[1] for k in data if k.startswith("blocks/")})
+    if "F" in data and data["F"].shape[0] != n_blocks:
+        raise fail(f"F holds {data['F'].shape[0]} blocks, blocks/ holds {n_blocks}")
     try:
         has_bias = _json_attr(attrs.get("has_bias"), [{}] * n_blocks)
         layer_attention = _json_attr(attrs["layer_attention"], None)
@@ -246,7 +287,11 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
         v2["attn_softcap"] = _json_attr(v2["attn_softcap"], None)
     except ValueError as exc:
         raise fail(f"unparseable JSON attribute ({exc})") from exc
-    blocks = [_read_block(data, b, has_bias[b], fail) for b in range(n_blocks)]
+    n_heads = int(attrs["n_heads"])
+    kv = n_heads if v2["n_kv_heads"] is None or version < 3 else int(v2["n_kv_heads"])
+    if kv < 1 or n_heads % kv:
+        raise fail(f"n_kv_heads {kv} does not divide n_heads {n_heads}")
+    blocks = [_read_block(data, b, has_bias[b], fail, n_heads, kv) for b in range(n_blocks)]
     layer_block = np.asarray(data["layer_block"], dtype=np.int64)
     rotary = None if v2["rotary"] == "none" else str(v2["rotary"])
     if rotary is not None and not {"rotary/inv_freq", "rotary/scaling"} <= set(data):
@@ -276,12 +321,19 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
         rotary_inv_freq=data.get("rotary/inv_freq") if rotary else None,
         rotary_scaling=data.get("rotary/scaling") if rotary else None,
     )
-    _check_shapes(mw, data["F"], fail)
+    _check_shapes(mw, data.get("F"), fail)
+    if version >= 3:
+        _check_factors(mw, data, fail)
     return mw
 
 
 def _read_block(
-    data: Mapping[str, Any], b: int, has_bias: Mapping[str, bool], fail: Callable[[str], Any]
+    data: Mapping[str, Any],
+    b: int,
+    has_bias: Mapping[str, bool],
+    fail: Callable[[str], Any],
+    n_heads: int,
+    n_kv_heads: int,
 ) -> BlockWeights:
     names = [f"blocks/{b}/{name}" for name in BLOCK_FIELDS]
     absent = [n for n in names if n not in data]
@@ -289,6 +341,15 @@ def _read_block(
         raise fail(f"missing {', '.join(absent)}")
     pairs = zip(BLOCK_FIELDS, names, strict=True)
     fields = {name: np.asarray(data[n], np.float64) for name, n in pairs}
+    if n_kv_heads != n_heads:
+        rows = fields["W_Q"].shape[0] * n_kv_heads // n_heads
+        for name in KV_FIELDS:
+            if fields[name].shape[0] != rows:
+                raise fail(
+                    f"blocks/{b}/{name} has {fields[name].shape[0]} rows, not {rows} "
+                    f"(n_kv_heads={n_kv_heads} heads)"
+                )
+            fields[name] = expand_rows(fields[name], n_heads, n_kv_heads)
     for name in OPTIONAL_BLOCK_FIELDS:
         if f"blocks/{b}/{name}" in data:
             fields[name] = np.asarray(data[f"blocks/{b}/{name}"], np.float64)
@@ -301,10 +362,42 @@ def _json_attr(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _check_shapes(mw: ModelWeights, F: np.ndarray, fail: Callable[[str], InputFileError]) -> None:
+def _check_factors(
+    mw: ModelWeights, data: Mapping[str, Any], fail: Callable[[str], InputFileError]
+) -> None:
+    """A v3 file has F exactly where the block is not factored, and W_O_grouped agreeing
+    with W_O (the sum of its query heads' columns) where it is."""
+    if mw.factored == ("F" in data):
+        raise fail(
+            f"rank bound r = {mw.rank_bound}, d = {mw.d_model}: F must be "
+            f"{'absent' if mw.factored else 'present'}"
+        )
+    for b, blk in enumerate(mw.blocks):
+        name = f"blocks/{b}/W_O_grouped"
+        if not mw.factored:
+            continue
+        if name not in data:
+            raise fail(f"missing {name} (a factored block without F)")
+        W_O = np.asarray(data[name], np.float64)
+        want = mw.ov_factors(blk)[0]
+        if W_O.shape != want.shape:
+            raise fail(f"{name} has shape {W_O.shape}, not {want.shape}")
+        scale = max(float(np.max(np.abs(want), initial=0.0)), np.finfo(float).tiny)
+        err = float(np.max(np.abs(W_O - want), initial=0.0)) / scale
+        if err > 1e-12:
+            raise fail(f"{name} differs from the sum of W_O's query-head columns by {err:.2e}")
+
+
+def _check_shapes(
+    mw: ModelWeights, F: np.ndarray | None, fail: Callable[[str], InputFileError]
+) -> None:
     """Consistency of a read-back ModelWeights, so a damaged file fails here, not later."""
     d, inner = mw.d_model, mw.blocks[0].W_V.shape[0] if mw.blocks else 0
-    if not mw.blocks or F.shape != (len(mw.blocks), d, d):
+    if not mw.blocks:
+        raise fail("no blocks/")
+    if F is None and not mw.factored:
+        raise fail("missing dataset F")
+    if F is not None and F.shape != (len(mw.blocks), d, d):
         raise fail(f"F has shape {F.shape}, expected ({len(mw.blocks)}, {d}, {d})")
     if inner % mw.n_heads:
         raise fail(f"W_V has {inner} rows, not a multiple of n_heads={mw.n_heads}")

@@ -26,7 +26,12 @@ import numpy as np
 
 from specalign.io import InputFileError, atomic_path
 from specalign.runtime import release_freed_memory
-from specalign.transformers.contracts import BIAS_KEYS, write_block, write_weights_attrs
+from specalign.transformers.contracts import (
+    BIAS_KEYS,
+    block_factored,
+    write_block,
+    write_weights_attrs,
+)
 from specalign.transformers.families import FamilyAdapter, adapter_for
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
@@ -348,28 +353,36 @@ def extract_to_h5(
     """Extract straight into ``weights.h5``, one block at a time (atomic write).
 
     Peak memory is of the order of one layer (its float64 W_Q, W_K, W_V, W_O and F),
-    whatever the depth, so that GPT-Neo 2.7B extracts on a laptop. Returns the model's
-    metadata as a ``ModelWeights`` with an empty ``blocks`` list.
+    whatever the depth, so that GPT-Neo 2.7B extracts on a laptop. With grouped-query
+    attention and r = n_kv_heads * d_head < d no d x d F is formed or stored (the
+    factors are; ``contracts`` module doc). Returns the model's metadata as a
+    ``ModelWeights`` with an empty ``blocks`` list.
     """
     import h5py
 
     model_dir = Path(model_dir)
     config, adapter = _adapter(model_dir)
     d = adapter.d_model
+    n_heads, kv = adapter.n_heads, int(adapter.n_kv_heads or adapter.n_heads)
     has_bias: list[dict[str, bool]] = []
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        F = f.create_dataset(
-            "F", shape=(adapter.n_blocks, d, d), dtype=np.float64, chunks=(1, d, d),
-            fletcher32=True,
-        )  # fmt: skip
 
         def on_block(b: int, blk: BlockWeights) -> None:
-            F[b] = blk.F
-            write_block(f, b, blk)
+            if not block_factored(blk, n_heads, kv):
+                if "F" not in f:
+                    f.create_dataset(
+                        "F", shape=(adapter.n_blocks, d, d), dtype=np.float64, chunks=(1, d, d),
+                        fletcher32=True,
+                    )  # fmt: skip
+                f["F"][b] = blk.F
+            try:
+                write_block(f, b, blk, n_heads, kv)
+            except ValueError as exc:
+                raise InputFileError(f"{model_dir}: block {b}: {exc}") from exc
             has_bias.append({k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS})
 
         extras = _stream_blocks(model_dir, adapter, on_block)
         mw = _model_weights(model_dir, config, adapter, [], extras, source, revision)
-        d_head = f["blocks/0/W_V"].shape[0] // mw.n_heads
+        d_head = f["blocks/0/W_Q"].shape[0] // mw.n_heads
         write_weights_attrs(f, mw, has_bias, d_head)
     return mw

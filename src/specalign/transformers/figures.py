@@ -61,6 +61,7 @@ __all__ = [
     "correlations_figure",
     "eigenvalue_figure",
     "eigvec_continuity_figure",
+    "heads_figure",
     "layer_eigenvalues",
     "leading_vector_overlaps",
     "MODEL_FIGURES",
@@ -224,7 +225,13 @@ def _complex_plane_panel(ax: Axes, spectra: xr.Dataset, null_spectra: xr.Dataset
             label=layers_of[b] if n_blocks <= 8 else None,
         )
     radius = float("nan")
-    if lam_r.shape[1] == _d_model(spectra):
+    n_zero = _n_zero(spectra)
+    if n_zero:
+        ax.scatter([0.0], [0.0], marker="x", s=40, color="k", zorder=3,
+                   label=f"{n_zero} exact zeros (rank $\\leq$ {lam_r.shape[1]})")  # fmt: skip
+    if lam_r.shape[1] + n_zero == _d_model(spectra):
+        # the i.i.d. reference for the listed (nonzero) spectrum: of M = W_V' W_O' when
+        # F is factored (an r x r matrix), of F itself otherwise
         radius = float(np.sqrt(2.0 * np.mean(lam_r**2 + lam_i**2)))
         t = np.linspace(0.0, 2.0 * np.pi, 200)
         ax.plot(
@@ -241,6 +248,13 @@ def _complex_plane_panel(ax: Axes, spectra: xr.Dataset, null_spectra: xr.Dataset
     ax.set_title(f"eigenvalues of $F = W_O W_V$ ({n_blocks} distinct)")
     _legend_outside(ax, fontsize="x-small")
     return radius
+
+
+def _n_zero(spectra: xr.Dataset) -> int:
+    """F's exact zero eigenvalues per block that a factored spectra.nc does not list."""
+    if "n_zero_eigenvalues" not in spectra:
+        return 0
+    return int(np.max(spectra["n_zero_eigenvalues"].values, initial=0))
 
 
 def _layers_of_blocks(spectra: xr.Dataset) -> list[str]:
@@ -341,6 +355,13 @@ def eigenvalue_figure(
         + "). Left: every eigenvalue of each distinct F in the complex plane (paper Fig. 1a "
         "for ALBERT). Right: Re(lambda_1..5) per layer (sorted by real part; squares mark "
         f"layers whose lambda_1 is complex, {complex1.size} of {per_layer.shape[0]}). "
+        + (
+            f"Grouped-query attention: rank F <= {spectra.sizes['eig']} (r = n_kv_heads x "
+            f"d_head), so each F has {_n_zero(spectra)} exact zero eigenvalues (the cross "
+            "at 0), and its nonzero ones are those of the r x r product W_V' W_O'. "
+            if _n_zero(spectra) and spectra.sizes["eig"] + _n_zero(spectra) == d
+            else ""
+        )
         + (
             f"Null: the dashed circle (radius {radius:.3g}) is where an i.i.d. random matrix "
             "with the same sum |lambda|^2 would put its eigenvalues (circular law); an "
@@ -1285,6 +1306,60 @@ def sphere_figure14(sphere: xr.Dataset) -> tuple[Figure, str]:
     return fig, caption
 
 
+def heads_figure(
+    spectra: xr.Dataset,
+    model: str,
+    null_spectra: xr.Dataset | None = None,
+    null_name: str | None = None,
+) -> tuple[Figure, str] | None:
+    """Per-head OV circuits F_h = W_O^h W_V^h: heatmaps over layers x heads of Re lambda_1
+    of F_h and of the fraction of its eigenvalue mass with positive real part (issue 17;
+    the per-head view of Elhage et al. 2021). The twin's median fraction is the null.
+    None when ``spectra`` predates the per-head variables."""
+    if "head_positive_fraction" not in spectra:
+        return None
+    lb = np.asarray(spectra["layer_block"].values, dtype=int)
+    lam1 = np.asarray(spectra["head_lambda1_real"].values, dtype=float)[lb]
+    frac = np.asarray(spectra["head_positive_fraction"].values, dtype=float)[lb]
+    L, H = frac.shape
+    with sns.axes_style("white"):
+        fig = Figure(figsize=(2.0 * min(3.5 + 0.2 * H, 8.0), 2.0 + 0.22 * L),
+                     layout="constrained")  # fmt: skip
+        ax_l, ax_f = fig.subplots(1, 2)
+        lim = float(np.nanmax(np.abs(lam1))) if np.isfinite(lam1).any() else 1.0
+        for ax, data, cmap, vmin, vmax, label in (
+            (ax_l, lam1, "RdBu_r", -lim, lim, "Re $\\lambda_1(F_h)$"),
+            (ax_f, frac, "viridis", 0.0, 1.0, "positive share of $\\sum|\\lambda|$"),
+        ):
+            im = ax.imshow(data, aspect="auto", origin="lower", cmap=cmap, vmin=vmin,
+                           vmax=vmax, extent=(-0.5, H - 0.5, 0.5, L + 0.5))  # fmt: skip
+            fig.colorbar(im, ax=ax, label=label)
+            ax.set_xlabel("head $h$")
+            ax.set_ylabel("layer $t$")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax_l.set_title("leading eigenvalue of $F_h = W_O^h W_V^h$", fontsize="medium")
+        ax_f.set_title("eigenvalue mass with Re $\\lambda > 0$", fontsize="medium")
+    med = float(np.nanmedian(frac)) if np.isfinite(frac).any() else float("nan")
+    n_pos = int(np.sum(lam1 > 0))
+    null_text = f"No random model has like: {model}, so there is no null from a random-weight twin."
+    if null_spectra is not None and "head_positive_fraction" in null_spectra:
+        null_med = float(np.nanmedian(null_spectra["head_positive_fraction"].values))
+        null_text = (
+            f"Null: the random-weight twin {null_name or '(unnamed)'} has median fraction "
+            f"{null_med:.3f}; heads far above it copy their input (F_h close to a map with a "
+            "nonnegative spectrum)."
+        )
+    caption = (
+        f"Per-head OV circuits of {model} ({L} layers x {H} heads): left, the real part of "
+        "the leading eigenvalue (largest real part) of each head's F_h = W_O^h W_V^h, "
+        "computed from the d_head x d_head product W_V^h W_O^h; right, sum max(Re lambda, 0) "
+        f"/ sum |lambda| over F_h's eigenvalues (1: all mass positive real). {n_pos} of "
+        f"{L * H} heads have Re lambda_1 > 0; median fraction {med:.3f}. " + null_text
+    )
+    return fig, caption
+
+
 # --------------------------------------------------------------------------- bundles
 
 
@@ -1303,12 +1378,15 @@ def model_figures(
     the model whose configuration ``model`` copies when it is a random model itself;
     ``null_prop`` the twin's propagation, drawn in the alignment panels.
 
-    Stems: ``eigenvalues``, ``alignment_{mode}`` and ``correlations_{mode}`` for each
+    Stems: ``eigenvalues``, ``heads``, ``alignment_{mode}`` and ``correlations_{mode}`` for each
     mode, ``token_distance``, ``prolonged``, ``corr_choice``, ``steering``.
     """
     out: dict[str, tuple[Figure, str]] = {}
     if spectra is not None:
         out["eigenvalues"] = eigenvalue_figure(spectra, model, null_spectra, null_name, like_of)
+        heads = heads_figure(spectra, model, null_spectra, null_name)
+        if heads is not None:
+            out["heads"] = heads
     if prop is not None:
         for mode in _modes(prop):
             made = alignment_figure(prop, model, mode, null_prop, null_name)
@@ -1342,6 +1420,7 @@ def unavailable_figure(title: str, reason: str) -> tuple[Figure, str]:
 #: alignment and a correlations figure.
 MODEL_FIGURES: tuple[str, ...] = (
     "eigenvalues",
+    "heads",
     *(f"alignment_{mode}" for mode in MODES if not mode.startswith("prolonged")),
     *(f"correlations_{mode}" for mode in MODES if not mode.startswith("prolonged")),
     "token_distance",

@@ -69,6 +69,7 @@ __all__ = [
     "load_base_model",
     "model_hidden_states",
     "principal_directions",
+    "block_principal_directions",
     "propagation_metrics",
     "random_prompts",
     "real_forward_hidden_states",
@@ -93,6 +94,18 @@ def principal_directions(F: np.ndarray) -> dict[str, Any]:
     to :func:`layer_directions` instead of decomposing again.
     """
     out = spectra.directions(*spectra.sorted_eig(F))
+    if np.isnan(out["lambda_v1"]):
+        warnings.warn("F has no real eigenvalue: v1/v2/v_neg are NaN", stacklevel=2)
+    return out
+
+
+def block_principal_directions(mw: ModelWeights, blk: BlockWeights) -> dict[str, Any]:
+    """:func:`principal_directions` of a block of ``mw``, through the r x r product
+    (:func:`specalign.transformers.spectra.spectrum_factored`) when the model is
+    factored (grouped-query attention, r < d), so that no d x d F is formed."""
+    if not mw.factored:
+        return principal_directions(blk.F)
+    out = spectra.spectrum_factored(*mw.ov_factors(blk), eta=1.0)["directions"]
     if np.isnan(out["lambda_v1"]):
         warnings.warn("F has no real eigenvalue: v1/v2/v_neg are NaN", stacklevel=2)
     return out
@@ -135,7 +148,7 @@ def layer_directions(
             )
         per_block = dict(enumerate(directions))
     else:
-        per_block = {b: principal_directions(mw.blocks[b].F) for b in {s[0] for s in sched}}
+        per_block = {b: block_principal_directions(mw, mw.blocks[b]) for b in {s[0] for s in sched}}
     keys = (
         "v1", "v2", "v_neg", "lambda_v1", "lambda_v2", "lambda_neg", "lambda1_is_complex",
         "top2_basis",
@@ -402,13 +415,19 @@ def simplified_forward(
     X = _unit(X) if start == 0 else np.array(X, dtype=np.float64)
     states[0] = X
     A_full = _uniform_attention(n, mw.causal) if attention == "full" else None
-    F: dict[int, np.ndarray] = {}  # W_O W_V once per block: a prolonged ALBERT reuses one
+    # W_O W_V once per block (a prolonged ALBERT reuses one); a factored (grouped-query)
+    # model applies F x as W_O'(W_V' x) instead: 2 d r flops per token, never d x d
+    F: dict[int, Any] = {}
     for t, (b, kind, layer) in enumerate(sched):
         blk = mw.blocks[b]
         if A_full is not None:
             if b not in F:
-                F[b] = blk.F
-            drift = (A_full @ X) @ F[b].T
+                F[b] = mw.ov_factors(blk) if mw.factored else blk.F
+            if mw.factored:
+                W_O, W_V = F[b]
+                drift = ((A_full @ X) @ W_V.T) @ W_O.T
+            else:
+                drift = (A_full @ X) @ F[b].T
         else:
             A = _softmax_attention(mw, blk, kind, layer, family_norm(mw, blk, X))
             # mixing W_V x before W_O costs H d_head d per token instead of H d^2 for F^h
@@ -930,7 +949,7 @@ def propagation_dataset(
     other = "pearson" if corr == "cosine" else "cosine"
     draws = int(cfg["null_draws"])
     if directions is None:
-        directions = [principal_directions(blk.F) for blk in mw.blocks]
+        directions = [block_principal_directions(mw, blk) for blk in mw.blocks]
     kw = {"n_null_draws": draws, "seed": seed, "directions": directions}
     ds = propagation_metrics(mw, states, corr=corr, **kw)
     alt = propagation_metrics(mw, states, corr=other, **kw)

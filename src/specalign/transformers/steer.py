@@ -68,14 +68,20 @@ class SteeringResult:
     method: str
     W_O: np.ndarray  # modified output projection (d_model, n_heads*d_head)
     delta: np.ndarray  # W_O' - W_O
-    F: np.ndarray  # modified F' = W_O' W_V
+    W_V: np.ndarray  # the layer's (unchanged, expanded) value projection
     target_eigenvalue: float  # c * r
     old_spectral_radius: float  # r
     relative_change: float  # ||Delta||_F / ||W_O||_F
     residual: float  # ||F' u - c r u|| / max(|c r|, tiny): 0 when u is an exact eigenvector
     u_is_leading: bool  # c r is (one of) F''s eigenvalues of largest real part
-    eigenvalues: np.ndarray  # of F', sorted as in spectra.py
+    eigenvalues: np.ndarray  # of F', sorted as in spectra.py (a factored F': its r listed)
     directions: dict[str, Any]  # of F' (spectra.directions): the steered last layer's
+
+    @property
+    def F(self) -> np.ndarray:
+        """The modified F' = W_O' W_V (d x d, formed on request: a grouped-query layer's
+        steering never needs it)."""
+        return self.W_O @ self.W_V
 
 
 def _unit(u: np.ndarray) -> np.ndarray:
@@ -95,6 +101,8 @@ def steer(
     rcond: float | None = None,
     radius: float | None = None,
     W_V_pinv: np.ndarray | None = None,
+    n_heads: int | None = None,
+    n_kv_heads: int | None = None,
 ) -> SteeringResult:
     """Change W_O so that u is an eigenvector of ``F' = W_O' W_V`` with eigenvalue ``c r``.
 
@@ -108,7 +116,11 @@ def steer(
     rcond : cut-off for ``numpy.linalg.pinv`` in "lstsq" (numpy's default when None).
     radius : the spectral radius r of F when already known (it is the same for every
         variant of one layer: an eigen-decomposition saved per call).
-    W_V_pinv : ``pinv(W_V, rcond)`` when already known (same reason, an SVD saved).
+    W_V_pinv : ``pinv(W_V, rcond)`` when already known (same reason, an SVD saved); for a
+        factored layer ``pinv(W_V', rcond)`` of its key/value rows.
+    n_heads, n_kv_heads : the layer's heads; with grouped-query attention and r =
+        n_kv_heads * d_head < d the change is computed on the factors, never forming a
+        d x d product (:func:`_steer_factored`; the same Delta up to round-off).
 
     F' is decomposed once (``spectra.sorted_eig``): its eigenvalues decide
     ``u_is_leading`` and its :func:`~specalign.transformers.spectra.directions` are the
@@ -121,6 +133,9 @@ def steer(
     u = _unit(u)
     if u.size != W_V.shape[1]:
         raise ValueError(f"u has {u.size} components, the model width is {W_V.shape[1]}")
+    heads = _grouping(W_V, n_heads, n_kv_heads)
+    if heads is not None:
+        return _steer_factored(W_O, W_V, u, c, method, rcond, radius, W_V_pinv, *heads)
     F = W_O @ W_V
     r = float(np.max(np.abs(np.linalg.eigvals(F)))) if radius is None else float(radius)
     target = c * r
@@ -145,7 +160,7 @@ def steer(
         method=method,
         W_O=W_new,
         delta=delta,
-        F=F_new,
+        W_V=W_V,
         target_eigenvalue=float(target),
         old_spectral_radius=r,
         relative_change=float(np.linalg.norm(delta) / np.linalg.norm(W_O)),
@@ -153,6 +168,83 @@ def steer(
         u_is_leading=bool(target >= top - 1e-9 * max(1.0, abs(top))),
         eigenvalues=lam,
         directions=spectra.directions(lam, vecs),
+    )
+
+
+def _grouping(
+    W_V: np.ndarray, n_heads: int | None, n_kv_heads: int | None
+) -> tuple[int, int] | None:
+    """(n_heads, n_kv_heads) when the layer is to be steered through its factors (grouped
+    query attention with r = n_kv_heads * d_head < d), None for the dense path."""
+    if n_heads is None or n_kv_heads is None or n_kv_heads == n_heads:
+        return None
+    rank_bound = n_kv_heads * (W_V.shape[0] // n_heads)
+    return (int(n_heads), int(n_kv_heads)) if rank_bound < W_V.shape[1] else None
+
+
+def _steer_factored(
+    W_O: np.ndarray,
+    W_V: np.ndarray,
+    u: np.ndarray,
+    c: float,
+    method: str,
+    rcond: float | None,
+    radius: float | None,
+    W_V_pinv: np.ndarray | None,
+    n_heads: int,
+    n_kv_heads: int,
+) -> SteeringResult:
+    """:func:`steer` of a grouped-query layer without a d x d product.
+
+    F u = W_O (W_V u) costs two matrix-vector products. The min-norm Delta is the same
+    formula. For "lstsq", W_V (expanded) = E W_V' with E replicating each key/value head's
+    rows over its g = n_heads / n_kv_heads query heads, and E / sqrt(g) has orthonormal
+    columns, so pinv(W_V) = pinv(W_V') E^T / g: the SVD is of the (r, d) W_V' (``W_V_pinv``
+    is then ``pinv(W_V')``, (d, r)), and each query head of a group gets 1/g of its
+    key/value head's share. F' = W_O' W_V is decomposed through W_V' W_O'^{grouped}
+    (:func:`spectra.spectrum_factored`).
+    """
+    from specalign.transformers.weights import BlockWeights, expand_rows, ov_factors
+
+    def factors(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        zeros = np.zeros(0)
+        blk = BlockWeights(W, W_V, W_V, W, zeros, zeros, zeros, zeros, zeros, zeros)
+        return ov_factors(blk, n_heads, n_kv_heads)
+
+    W_Og, W_Vg = factors(W_O)
+    if radius is None:
+        radius = float(np.max(np.abs(np.linalg.eigvals(W_Vg @ W_Og))))
+    r = float(radius)
+    target = c * r
+    a = W_V @ u
+    rhs = target * u - W_O @ a  # what Delta must add to F u
+    if method == "min_norm":
+        na2 = float(a @ a)
+        if na2 == 0.0:
+            raise ValueError("W_V u = 0: no change of W_O alone can make u an eigenvector")
+        delta = np.outer(rhs, a) / na2
+    elif method == "lstsq":
+        pinv = W_V_pinv if W_V_pinv is not None else _pinv(W_Vg, rcond)
+        g = n_heads // n_kv_heads
+        delta = np.outer(rhs, expand_rows(u @ pinv, n_heads, n_kv_heads) / g)
+    else:
+        raise ValueError(f"method must be 'min_norm' or 'lstsq', got {method!r}")
+    W_new = W_O + delta
+    spec = spectra.spectrum_factored(*factors(W_new), eta=1.0)
+    scale = max(abs(target), np.finfo(float).tiny)
+    top = max(float(spec["eigenvalues"].real.max()), 0.0)  # F' has exact zeros too
+    return SteeringResult(
+        method=method,
+        W_O=W_new,
+        delta=delta,
+        W_V=W_V,
+        target_eigenvalue=float(target),
+        old_spectral_radius=r,
+        relative_change=float(np.linalg.norm(delta) / np.linalg.norm(W_O)),
+        residual=float(np.linalg.norm(W_new @ a - target * u) / scale),
+        u_is_leading=bool(target >= top - 1e-9 * max(1.0, abs(top))),
+        eigenvalues=spec["eigenvalues"],
+        directions=spec["directions"],
     )
 
 
@@ -208,7 +300,8 @@ def steer_model_weights(
 ) -> tuple[ModelWeights, SteeringResult]:
     """Steer the last layer of ``mw`` towards u; returns the modified weights and result."""
     blk = mw.blocks[int(mw.layer_block[-1])]
-    res = steer(blk.W_O, blk.W_V, u, c, method=method)
+    res = steer(blk.W_O, blk.W_V, u, c, method=method, n_heads=mw.n_heads,
+                n_kv_heads=mw.kv_heads)  # fmt: skip
     return steered_weights(mw, res.W_O), res
 
 
@@ -632,7 +725,7 @@ def _simplified_steering(
     last = int(mw.layer_block[-1])
     blk = mw.blocks[last]
     if directions is None:
-        directions = [propagate.principal_directions(b.F) for b in mw.blocks]
+        directions = [propagate.block_principal_directions(mw, b) for b in mw.blocks]
     base = propagate.simplified_forward(mw, X0, eta, "real")
     base_layers = propagate.alignment(
         base, propagate.layer_directions(mw, directions=directions)["v1"]
@@ -640,13 +733,19 @@ def _simplified_steering(
     # one BLAS thread per decomposition, several at once (spectra.map_blocks): the
     # result does not depend on the thread count, and LAPACK's eigen-solver uses a second
     # core poorly
-    (radius,) = spectra.map_blocks(lambda F: float(np.max(np.abs(np.linalg.eigvals(F)))), [blk.F])
-    pinv = _pinv(blk.W_V) if "lstsq" in methods else None
+    # a grouped-query layer (r < d): the radius from the r x r product, the SVD of W_V'
+    W_Og, W_Vg = mw.ov_factors(blk)
+    M = (W_Vg @ W_Og) if mw.factored else blk.F
+    (radius,) = spectra.map_blocks(lambda F: float(np.max(np.abs(np.linalg.eigvals(F)))), [M])
+    pinv = _pinv(W_Vg if mw.factored else blk.W_V) if "lstsq" in methods else None
+    heads = {"n_heads": mw.n_heads, "n_kv_heads": mw.kv_heads}
     variants = [(i, j, m, c) for i, m in enumerate(methods) for j, c in enumerate(cs)]
     if progress:
         progress(f"steering: {len(variants)} variants of W_O, {threads} at a time")
     results = spectra.map_blocks(
-        lambda v: steer(blk.W_O, blk.W_V, u, v[3], method=v[2], radius=radius, W_V_pinv=pinv),
+        lambda v: steer(
+            blk.W_O, blk.W_V, u, v[3], method=v[2], radius=radius, W_V_pinv=pinv, **heads
+        ),
         variants,
         threads,
     )

@@ -159,9 +159,24 @@ def _per_layer_spectra(spectra: xr.Dataset) -> xr.Dataset:
 
 
 def layer_eigenvalues(spectra: xr.Dataset, n: int = _N_EIGS) -> np.ndarray:
-    """Complex (n_layers, n) array of lambda_1..n of each layer's F (NaN past ``n_eigs``)."""
+    """Complex (n_layers, n) array of lambda_1..n of each layer's F (NaN past ``n_eigs``).
+
+    A factored (grouped-query) block lists only its nonzero eigenvalues; its exact zeros
+    (``n_zero_eigenvalues`` of them) are put back at their rank in F's sort order.
+    """
     per = _per_layer_spectra(spectra)
     lam = per["eigenvalues_real"].values + 1j * per["eigenvalues_imag"].values
+    if "n_zero_eigenvalues" in per and int(per["n_zero_eigenvalues"].max()) > 0:
+        where = np.asarray(per["zero_eigenvalues_index"].values, dtype=int)
+        count = np.asarray(per["n_zero_eigenvalues"].values, dtype=int)
+        stored = lam.shape[1]
+        full = np.full((lam.shape[0], min(n, stored + int(count.max()))), np.nan + 0j)
+        for t in range(lam.shape[0]):
+            row = lam[t]
+            if where[t] <= stored:  # zeros past a truncated list: their rank is unknown
+                row = np.concatenate([row[: where[t]], np.zeros(count[t]), row[where[t] :]])
+            full[t, : min(n, row.size)] = row[:n]
+        lam = full
     out = np.full((lam.shape[0], n), np.nan + 0j)
     k = min(n, lam.shape[1])
     out[:, :k] = lam[:, :k]
@@ -172,6 +187,8 @@ def relative_gaps(spectra: xr.Dataset) -> np.ndarray:
     """gap / |lambda_1| per layer: the scale-free spectral gap (claim 3)."""
     per = _per_layer_spectra(spectra)
     lam1 = np.hypot(per["eigenvalues_real"].values[:, 0], per["eigenvalues_imag"].values[:, 0])
+    if "n_zero_eigenvalues" in per and int(per["n_zero_eigenvalues"].max()) > 0:
+        lam1 = np.abs(layer_eigenvalues(spectra, 1)[:, 0])  # lambda_1 may be an exact zero
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.asarray(per["gap"].values, dtype=float) / lam1
 

@@ -77,6 +77,36 @@ SPECTRA: dict[str, str] = {
     "radius_is_negative": "1 when the eigenvalue attaining the spectral radius has Re < 0",
     "lambda1_is_complex": "1 when lambda_1 (largest real part) is complex",
     "leading_real_index": "0-based sorted index of the leading real eigenvalue, -1 if none",
+    "n_zero_eigenvalues": (
+        "eigenvalues of F that are exactly 0 because rank F <= rank_bound = n_kv_heads * "
+        "d_head < d_model (grouped-query attention); not listed in eigenvalues_real/_imag "
+        "(0 for a block decomposed densely)"
+    ),
+    "zero_eigenvalues_index": (
+        "how many listed eigenvalues precede F's exact zeros in the sort order: the zeros "
+        "hold ranks index+1 .. index+n_zero_eigenvalues of F's spectrum (-1: there are none)"
+    ),
+    "eigenpair_residual": (
+        "max over the returned eigenpairs (v1, v2, direction_v1, direction_v2, "
+        "direction_v_neg) of |F v - lambda v|_2 / spectral_radius, v of unit norm"
+    ),
+    "head": "0-based query head index within the block",
+    "head_eig": "1-based rank of a head eigenvalue in the sort order",
+    "head_eigenvalues_real": (
+        "Re of the eigenvalues of W_V^h W_O^h (d_head x d_head): the nonzero eigenvalues of "
+        "head h's OV circuit F_h = W_O^h W_V^h, sorted as eigenvalues_real"
+    ),
+    "head_eigenvalues_imag": "Im of the eigenvalues of head_eigenvalues_real, same order",
+    "head_lambda1_real": (
+        "Re of F_h's leading eigenvalue (largest real part; 0 when every eigenvalue of "
+        "W_V^h W_O^h has negative real part, F_h's exact zeros then leading)"
+    ),
+    "head_lambda1_imag": "Im of F_h's leading eigenvalue",
+    "head_positive_fraction": (
+        "sum_k max(Re lambda_k, 0) / sum_k |lambda_k| over F_h's eigenvalues: the share of "
+        "the head's eigenvalue mass on the positive real side (1: a copying head); NaN when "
+        "F_h = 0"
+    ),
     "lambda_I_plus_etaF_real": "Re of the dominant (largest-modulus) eigenvalue of I + eta F",
     "lambda_I_plus_etaF_imag": "Im of the dominant eigenvalue of I + eta F",
     "dominant_is_lambda1": (

@@ -22,8 +22,9 @@ class BlockWeights:
     the pre-attention one for pre-LN families (GPT-2, GPT-Neo, Llama, ...). Gemma's
     x_hat (1 + w) is stored as the gain 1 + w, RMSNorms as a zero bias. With grouped-query
     attention W_K, W_V, b_K, b_V are expanded to one row block per query head (query head
-    h reads key/value head h // (n_heads / n_kv_heads)). Families without a bias store
-    zeros and say so in ``has_bias``.
+    h reads key/value head h // (n_heads / n_kv_heads)); ``weights.h5`` (v3) stores them
+    once per key/value head, and :meth:`ModelWeights.ov_factors` gives F's factors.
+    Families without a bias store zeros and say so in ``has_bias``.
 
     Optional, per family: ``q_norm``/``k_norm`` (d_head,), the gains of the per-head
     RMSNorms on queries and keys (Qwen3, Gemma 3), and ``post_norm`` (d_model,), the gain
@@ -90,3 +91,68 @@ class ModelWeights:
     @property
     def d_head(self) -> int:
         return self.blocks[0].W_V.shape[0] // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (``n_kv_heads``; ``n_heads`` without grouped-query attention)."""
+        return int(self.n_kv_heads or self.n_heads)
+
+    @property
+    def rank_bound(self) -> int:
+        """r = n_kv_heads * d_head, a bound on the rank of every F = W_O W_V (issue 14):
+        F = W_O' W_V' with W_V' (r, d) the key/value heads' rows, at most min(r, d)."""
+        return self.kv_heads * self.d_head
+
+    @property
+    def factored(self) -> bool:
+        """Whether F is handled through its factors (r < d): no d x d F is stored, and the
+        spectra come from the r x r product W_V' W_O' (:func:`ov_factors`)."""
+        return self.rank_bound < self.d_model
+
+    def ov_factors(self, blk: BlockWeights) -> tuple[np.ndarray, np.ndarray]:
+        """(W_O', W_V') with F = W_O W_V = W_O' W_V' for a block of this model.
+
+        W_V' (r, d) holds each key/value head's rows once; W_O' (d, r) sums, for each
+        key/value head g, the output columns W_O^h of the query heads h that read it
+        (h // (n_heads / n_kv_heads) = g): sum_h W_O^h W_V^{g(h)} = sum_g (sum_h W_O^h) W_V^g.
+        Without grouped-query attention they are W_O and W_V themselves (not copies).
+        """
+        return ov_factors(blk, self.n_heads, self.kv_heads)
+
+
+def ov_factors(blk: BlockWeights, n_heads: int, n_kv_heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """(W_O', W_V') of ``blk`` (see :meth:`ModelWeights.ov_factors`), from the expanded
+    W_O (d, n_heads*d_head) and W_V (n_heads*d_head, d) of the package convention."""
+    if n_kv_heads == n_heads:
+        return blk.W_O, blk.W_V
+    d = blk.W_V.shape[1]
+    group = n_heads // n_kv_heads
+    d_head = blk.W_V.shape[0] // n_heads
+    W_V = blk.W_V.reshape(n_kv_heads, group, d_head, d)[:, 0].reshape(n_kv_heads * d_head, d)
+    W_O = blk.W_O.reshape(d, n_kv_heads, group, d_head).sum(axis=2)
+    return W_O.reshape(d, n_kv_heads * d_head), np.ascontiguousarray(W_V)
+
+
+def group_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """The key/value heads' rows (n_kv_heads*d_head, ...) of an expanded W_K, W_V, b_K or
+    b_V (n_heads*d_head, ...): the first query head of each group; every other query head
+    of the group must hold an exact copy (ValueError otherwise: not a grouped block)."""
+    if n_kv_heads == n_heads:
+        return W
+    group = n_heads // n_kv_heads
+    shaped = W.reshape(n_kv_heads, group, W.shape[0] // n_heads, *W.shape[1:])
+    if not (shaped == shaped[:, :1]).all():
+        raise ValueError(
+            f"key/value rows are not repeated over the {group} query heads of each of the "
+            f"{n_kv_heads} key/value heads"
+        )
+    return np.ascontiguousarray(shaped[:, 0].reshape(-1, *W.shape[1:]))
+
+
+def expand_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """Inverse of :func:`group_rows`: one copy of its key/value head's rows per query head."""
+    if n_kv_heads == n_heads:
+        return W
+    group = n_heads // n_kv_heads
+    shaped = W.reshape(n_kv_heads, 1, W.shape[0] // n_kv_heads, *W.shape[1:])
+    return np.repeat(shaped, group, axis=1).reshape(n_heads * shaped.shape[2], *W.shape[1:])
