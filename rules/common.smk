@@ -91,6 +91,10 @@ GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
 RUNTIME = config["resources"]["runtime"]
+# The folder of the rule files (script paths are relative to it), read while this file
+# is included: workflow.basedir is the importing workflow's when this workflow is a
+# module of another one (config/README.md).
+RULES_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False))
 
 
 def _workbooks():
@@ -147,10 +151,9 @@ def fingerprint_scripts(rules):
     Snakemake tracks neither, so without it an edited kernel would not rerun the jobs
     that use it; the module set is read from the imports, never listed by hand.
     """
-    rule_files = Path(workflow.basedir) / "rules"  # scripts are given relative to them
     for each in rules:
         if each.script:
-            each.set_params(code=script_fingerprint(rule_files / each.script))
+            each.set_params(code=script_fingerprint(RULES_DIR / each.script))
 
 
 def exp_cfg(wildcards):
@@ -340,7 +343,11 @@ def transformer_targets():
         *rules.transformer_model_figures.output,
         *rules.transformer_model_tables.output,
     ]
-    return expand(per_model, model=MODELS) + list(rules.transformer_overview.output)
+    return (
+        expand(per_model, model=MODELS)
+        + list(rules.transformer_layers.output)
+        + list(rules.transformer_overview.output)
+    )
 
 
 def all_targets():

@@ -226,6 +226,33 @@ rule transformer_model_tables:
         "../scripts/transformers/transformer_model_tables.py"
 
 
+rule transformer_layers:
+    # The tidy table of every model and layer, twin beside (specalign.transformers.summary).
+    input:
+        spectra=expand(rules.spectra.output[0], model=MODELS),
+        propagation=expand(rules.propagate.output[0], model=MODELS),
+    output:
+        reported(
+            [
+                results_path("tables/transformers/layers.csv"),
+                results_path("tables/transformers/layers.md"),
+            ],
+            caption="../report/transformers/table_layers.rst",
+            category="Transformer study",
+            subcategory="All models and sphere dynamics",
+            labels={"table": "layers"},
+        ),
+    params:
+        models=MODELS,
+        like=canonical_json(LIKE),
+    conda:
+        CONDA_ENV
+    log:
+        log_path("transformers/layers.log"),
+    script:
+        "../scripts/transformers/transformer_layers.py"
+
+
 rule transformer_overview:
     # Cross-model figures (paper Figs 7 and our reading of 9) and the sphere (13, 14).
     input:

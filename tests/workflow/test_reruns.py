@@ -23,7 +23,11 @@ COMMUTATOR_SUMMARIES = {"commutator_tables", "commutator_figure", "reproduction"
 DIAGNOSE = {"commutators"} | COMMUTATOR_SUMMARIES
 TRAIN = {"train_ensemble"} | DIAGNOSE
 TRANSFORMER_FIGURES = {"transformer_model_figures", "transformer_overview"}
-TRANSFORMER_SUMMARIES = TRANSFORMER_FIGURES | {"transformer_model_tables", "reproduction"}
+TRANSFORMER_SUMMARIES = TRANSFORMER_FIGURES | {
+    "transformer_model_tables",
+    "transformer_layers",
+    "reproduction",
+}
 EVERY_RULE = (
     {
         "prepare_data",
@@ -93,7 +97,9 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         # transformer figures)
         ("output.py", COMMUTATOR_SUMMARIES | TRANSFORMER_SUMMARIES),
         # a module of the transformer study only: no commutator job
-        ("transformers/steer.py", {"steer"} | TRANSFORMER_SUMMARIES - {"transformer_overview"}),
+        # (the per-layer table reads no steering.nc)
+        ("transformers/steer.py",
+         {"steer"} | TRANSFORMER_SUMMARIES - {"transformer_overview", "transformer_layers"}),
         ("transformers/tables.py", TRANSFORMER_SUMMARIES),
         # the family adapters: the random models (built as causal LMs or not by family),
         # fetch_model (it checks a fetched model's positions through its adapter,
