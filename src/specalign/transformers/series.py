@@ -41,6 +41,7 @@ from specalign.transformers.tables import (
     relative_gaps,
     tilt_summary,
 )
+from specalign.transformers.training import WELL_BELOW
 
 BASE_MODES = ("simplified_real", "simplified_full", "real_model")
 PROLONGED_MODES = ("prolonged_full", "prolonged_real")
@@ -580,10 +581,12 @@ def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
             h = float(ds["heldout_unigram_entropy"])
             last = float(ds["heldout_loss"][-1])
             verdict = (
-                "trained (well below)"
-                if last <= h - 0.1 * h
+                f"trained (at most {WELL_BELOW:g} x the entropy)"
+                if last <= WELL_BELOW * h
                 else (
-                    "NOT clearly trained: the held-out loss is not well below the unigram entropy"
+                    f"NOT clearly trained: the held-out loss is above {WELL_BELOW:g} x the "
+                    "unigram entropy; the metrics of this series describe a model that "
+                    "has not learned to use context"
                 )
             )
             lines.append(
