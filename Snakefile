@@ -2,10 +2,13 @@
 #
 #   snakemake --cores 2                                   # default study (offline)
 #   snakemake --cores 2 --configfile config/paper.yaml    # full paper reproduction
+#   snakemake --cores 2 --config plots='{dpi: 300}'       # the default, one key changed
 #   snakemake --profile profiles/slurm                    # on a SLURM cluster
 #
 # The DAG runs one way: data -> trained ensembles -> diagnostics -> tables/figures.
 # Targets come from the config (rules/common.smk), so configurations differ in data only.
+
+from pathlib import Path
 
 from snakemake.utils import min_version
 
@@ -13,10 +16,11 @@ min_version("9.0")
 
 
 # A --configfile replaces the default instead of being merged into it, so that
-# paper.yaml's experiments are not added to the default ones.
-if not config:
+# paper.yaml's experiments are not added to the default ones; values given with
+# --config apply on top of the default, or of the --configfiles (Snakemake merges them).
+if not workflow.overwrite_configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
 report: "report/workflow.rst"
@@ -38,6 +42,10 @@ include: "rules/report.smk"
 # Reruns after code edits: every script rule gets the fingerprint of its script and of
 # the specalign modules it imports, derived from the imports (rules/common.smk).
 fingerprint_scripts(workflow.rules)
+
+
+onstart:
+    warn_stale_results()
 
 
 rule all:

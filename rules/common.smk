@@ -7,24 +7,54 @@ from specalign.commutators.data.uci import DATASETS
 from specalign.commutators.figures import FIGURES
 from specalign.commutators.tables import TABLES
 from specalign.config import (
+    OVERRIDE_HINT,
     ConfigError,
     canonical_json,
+    coerce_overrides,
     experiment_config,
     random_likes,
+    results_folder,
     validate_config,
 )
 from specalign.fingerprint import script_fingerprint
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.tables import MODEL_TABLES
 
+# Nested values of `--config` arrive as strings (Snakemake's base YAML loader): typed by
+# the schema here and merged again over the config they were merged into.
+_overrides = dict(getattr(workflow.config_settings, "config", None) or {})
+if _overrides:
+    from snakemake.utils import update_config as _update_config
+
+    _update_config(config, coerce_overrides(_overrides))
 try:
     _validated = validate_config(config, schema=None)
 except ConfigError as _err:
-    raise WorkflowError(str(_err)) from None
+    raise WorkflowError(f"{_err}\n  ({OVERRIDE_HINT})" if _overrides else str(_err)) from None
 config.clear()
 config.update(_validated)
 
 EXPERIMENTS = sorted(config["commutators"]["experiments"])
+
+# Results of a configuration go to its own folder (config key `results`); its logs and
+# benchmarks go beside them, except for the default folder, whose stay at the top
+# (logs/, benchmarks/), where they always were.
+RESULTS = results_folder(config)
+_BOOKKEEPING = "" if RESULTS == "results" else f"{RESULTS}/"
+
+
+def results_path(path):
+    """``path`` inside the configuration's results folder."""
+    return f"{RESULTS}/{path}"
+
+
+def log_path(path):
+    return f"{_BOOKKEEPING}logs/{path}"
+
+
+def benchmark_path(path):
+    return f"{_BOOKKEEPING}benchmarks/{path}"
+
 
 CONDA_ENV = "../envs/specalign.yaml"
 THREADS = config["threads"]
@@ -53,6 +83,29 @@ GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
 RUNTIME = config["resources"]["runtime"]
+
+
+def warn_stale_results():
+    """Name in the log every file in the results folder that no job of this run produces
+    (another configuration's models, an earlier run's formats): never shown as a result
+    of this one. Called when the run starts (Snakefile ``onstart``); only for a run of
+    the whole configuration (the default target), whose jobs are all in the DAG."""
+    from snakemake.logging import logger
+
+    if not any(job.rule.name == "all" for job in workflow.dag.targetjobs):
+        return
+
+    from specalign.workflow import stale_files, stale_message
+
+    produced = [
+        str(f)
+        for job in workflow.dag.jobs
+        for files in (job.output, job.log, [job.benchmark] if job.benchmark else [])
+        for f in files
+    ]
+    stale = stale_files(RESULTS, produced)
+    if stale:
+        logger.warning(stale_message(RESULTS, stale))
 
 
 def name_regex(names):

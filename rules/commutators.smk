@@ -21,7 +21,7 @@ rule download_data:
     conda:
         CONDA_ENV
     log:
-        "logs/download_data/{filename}.log",
+        log_path("download_data/{filename}.log"),
     script:
         "../scripts/commutators/download_data.py"
 
@@ -30,22 +30,22 @@ rule prepare_data:
     input:
         unpack(data_inputs),
     output:
-        "results/commutators/{experiment}/data.h5",
+        results_path("commutators/{experiment}/data.h5"),
     params:
         experiment=exp_json("data"),
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{experiment}/prepare_data.log",
+        log_path("commutators/{experiment}/prepare_data.log"),
     script:
         "../scripts/commutators/prepare_data.py"
 
 
 rule train_ensemble:
     input:
-        "results/commutators/{experiment}/data.h5",
+        results_path("commutators/{experiment}/data.h5"),
     output:
-        "results/commutators/{experiment}/trajectories.h5",
+        results_path("commutators/{experiment}/trajectories.h5"),
     params:
         experiment=exp_json("train"),
     threads: THREADS
@@ -54,18 +54,18 @@ rule train_ensemble:
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{experiment}/train_ensemble.log",
+        log_path("commutators/{experiment}/train_ensemble.log"),
     benchmark:
-        "benchmarks/commutators/{experiment}/train_ensemble.tsv"
+        benchmark_path("commutators/{experiment}/train_ensemble.tsv")
     script:
         "../scripts/commutators/train_ensemble.py"
 
 
 rule commutators:
     input:
-        "results/commutators/{experiment}/trajectories.h5",
+        results_path("commutators/{experiment}/trajectories.h5"),
     output:
-        "results/commutators/{experiment}/diagnostics.nc",
+        results_path("commutators/{experiment}/diagnostics.nc"),
     params:
         diagnostics=canonical_json(config["commutators"]["diagnostics"]),
     threads: THREADS
@@ -74,9 +74,9 @@ rule commutators:
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{experiment}/commutators.log",
+        log_path("commutators/{experiment}/commutators.log"),
     benchmark:
-        "benchmarks/commutators/{experiment}/commutators.tsv"
+        benchmark_path("commutators/{experiment}/commutators.tsv")
     script:
         "../scripts/commutators/commutators.py"
 
@@ -86,17 +86,17 @@ rule commutator_tables:
         diagnostics_files(),
     output:
         csv=reported(
-            expand("results/tables/commutators/{table}.csv", table=TABLES),
+            expand(results_path("tables/commutators/{table}.csv"), table=TABLES),
             caption=lambda stem: f"../report/commutators/{stem}.rst",
             category="Commutator study",
             subcategory="Tables",
             labels=lambda stem: {"table": stem},
         ),
-        md=expand("results/tables/commutators/{table}.md", table=TABLES),
+        md=expand(results_path("tables/commutators/{table}.md"), table=TABLES),
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/tables.log",
+        log_path("commutators/tables.log"),
     script:
         "../scripts/commutators/commutator_tables.py"
 
@@ -107,7 +107,7 @@ rule commutator_figure:
     output:
         reported(
             expand(
-                "results/figures/commutators/{{figure}}.{fmt}",
+                results_path("figures/commutators/{{figure}}.{fmt}"),
                 fmt=config["plots"]["formats"],
             ),
             caption="../report/commutators/figure.rst",
@@ -122,6 +122,6 @@ rule commutator_figure:
     conda:
         CONDA_ENV
     log:
-        "logs/commutators/{figure}.log",
+        log_path("commutators/{figure}.log"),
     script:
         "../scripts/commutators/commutator_figure.py"

@@ -12,7 +12,7 @@ rule reproduction:
         series=expand(rules.series_training.output.data, series=SERIES),
     output:
         report(
-            "results/reproduction.md",
+            results_path("reproduction.md"),
             caption="../report/reproduction.rst",
             category="Reproduction report",
             labels={"document": "reproduction.md"},
@@ -24,6 +24,6 @@ rule reproduction:
     conda:
         CONDA_ENV
     log:
-        "logs/reproduction.log",
+        log_path("reproduction.log"),
     script:
         "../scripts/reproduction.py"

@@ -21,7 +21,7 @@ rule fetch_model:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/fetch_model.log",
+        log_path("transformers/{model}/fetch_model.log"),
     script:
         "../scripts/transformers/fetch_model.py"
 
@@ -42,9 +42,9 @@ rule random_model:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/random_model.log",
+        log_path("transformers/{model}/random_model.log"),
     benchmark:
-        "benchmarks/transformers/{model}/random_model.tsv"
+        benchmark_path("transformers/{model}/random_model.tsv")
     script:
         "../scripts/transformers/random_model.py"
 
@@ -54,7 +54,7 @@ rule train_model:
     # checkpoints at step 0 and log-spaced steps in the save_pretrained layout, and the
     # run's record (losses per step, held-out unigram entropy, divergence).
     output:
-        run="results/transformers/series/{series}/run.nc",
+        run=results_path("transformers/series/{series}/run.nc"),
         checkpoints=directory(f"{MODEL_CACHE}/{{series}}.checkpoints"),
     wildcard_constraints:
         series=name_regex(TRAINED_SERIES),
@@ -66,9 +66,9 @@ rule train_model:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/series/{series}/train_model.log",
+        log_path("transformers/series/{series}/train_model.log"),
     benchmark:
-        "benchmarks/transformers/series/{series}/train_model.tsv"
+        benchmark_path("transformers/series/{series}/train_model.tsv")
     script:
         "../scripts/transformers/train_model.py"
 
@@ -86,7 +86,7 @@ rule trained_checkpoint:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/trained_checkpoint.log",
+        log_path("transformers/{model}/trained_checkpoint.log"),
     script:
         "../scripts/transformers/trained_checkpoint.py"
 
@@ -95,24 +95,24 @@ rule extract_weights:
     input:
         f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
-        "results/transformers/{model}/weights.h5",
+        results_path("transformers/{model}/weights.h5"),
     resources:
         **model_resources("extract_weights"),
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/extract_weights.log",
+        log_path("transformers/{model}/extract_weights.log"),
     benchmark:
-        "benchmarks/transformers/{model}/extract_weights.tsv"
+        benchmark_path("transformers/{model}/extract_weights.tsv")
     script:
         "../scripts/transformers/extract_weights.py"
 
 
 rule spectra:
     input:
-        "results/transformers/{model}/weights.h5",
+        results_path("transformers/{model}/weights.h5"),
     output:
-        "results/transformers/{model}/spectra.nc",
+        results_path("transformers/{model}/spectra.nc"),
     params:
         eta=config["transformers"]["eta"],
     threads: THREADS
@@ -123,20 +123,20 @@ rule spectra:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/spectra.log",
+        log_path("transformers/{model}/spectra.log"),
     benchmark:
-        "benchmarks/transformers/{model}/spectra.tsv"
+        benchmark_path("transformers/{model}/spectra.tsv")
     script:
         "../scripts/transformers/spectra.py"
 
 
 rule propagate:
     input:
-        weights="results/transformers/{model}/weights.h5",
+        weights=results_path("transformers/{model}/weights.h5"),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
-        spectra="results/transformers/{model}/spectra.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
     output:
-        "results/transformers/{model}/propagation.nc",
+        results_path("transformers/{model}/propagation.nc"),
     params:
         settings=canonical_json(
             {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
@@ -148,20 +148,20 @@ rule propagate:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/propagate.log",
+        log_path("transformers/{model}/propagate.log"),
     benchmark:
-        "benchmarks/transformers/{model}/propagate.tsv"
+        benchmark_path("transformers/{model}/propagate.tsv")
     script:
         "../scripts/transformers/propagate.py"
 
 
 rule steer:
     input:
-        weights="results/transformers/{model}/weights.h5",
+        weights=results_path("transformers/{model}/weights.h5"),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
-        spectra="results/transformers/{model}/spectra.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
     output:
-        "results/transformers/{model}/steering.nc",
+        results_path("transformers/{model}/steering.nc"),
     params:
         settings=canonical_json(
             {
@@ -178,37 +178,37 @@ rule steer:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/steer.log",
+        log_path("transformers/{model}/steer.log"),
     benchmark:
-        "benchmarks/transformers/{model}/steer.tsv"
+        benchmark_path("transformers/{model}/steer.tsv")
     script:
         "../scripts/transformers/steer.py"
 
 
 rule sphere_dynamics:
     output:
-        "results/transformers/sphere/sphere.nc",
+        results_path("transformers/sphere/sphere.nc"),
     params:
         settings=canonical_json(config["transformers"]["sphere"]),
     threads: THREADS
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/sphere_dynamics.log",
+        log_path("transformers/sphere_dynamics.log"),
     script:
         "../scripts/transformers/sphere_dynamics.py"
 
 
 rule transformer_model_figures:
     input:
-        spectra="results/transformers/{model}/spectra.nc",
-        propagation="results/transformers/{model}/propagation.nc",
-        steering="results/transformers/{model}/steering.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
+        propagation=results_path("transformers/{model}/propagation.nc"),
+        steering=results_path("transformers/{model}/steering.nc"),
         null_spectra=random_twin_spectra,
     output:
         reported(
             expand(
-                "results/figures/transformers/{{model}}/{stem}.{fmt}",
+                results_path("figures/transformers/{{model}}/{stem}.{fmt}"),
                 stem=MODEL_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -224,20 +224,20 @@ rule transformer_model_figures:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/figures.log",
+        log_path("transformers/{model}/figures.log"),
     script:
         "../scripts/transformers/transformer_model_figures.py"
 
 
 rule transformer_model_tables:
     input:
-        spectra="results/transformers/{model}/spectra.nc",
-        propagation="results/transformers/{model}/propagation.nc",
-        steering="results/transformers/{model}/steering.nc",
+        spectra=results_path("transformers/{model}/spectra.nc"),
+        propagation=results_path("transformers/{model}/propagation.nc"),
+        steering=results_path("transformers/{model}/steering.nc"),
     output:
         reported(
             expand(
-                "results/tables/transformers/{{model}}/{table}.{ext}",
+                results_path("tables/transformers/{{model}}/{table}.{ext}"),
                 table=["eigenvalues", "propagation", "steering"],
                 ext=["csv", "md"],
             ),
@@ -249,7 +249,7 @@ rule transformer_model_tables:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/{model}/tables.log",
+        log_path("transformers/{model}/tables.log"),
     script:
         "../scripts/transformers/transformer_model_tables.py"
 
@@ -257,12 +257,12 @@ rule transformer_model_tables:
 rule transformer_overview:
     # Cross-model figures (paper Figs 7 and our reading of 9) and the sphere (13, 14).
     input:
-        spectra=expand("results/transformers/{model}/spectra.nc", model=STUDY_MODELS),
-        sphere="results/transformers/sphere/sphere.nc",
+        spectra=expand(results_path("transformers/{model}/spectra.nc"), model=STUDY_MODELS),
+        sphere=results_path("transformers/sphere/sphere.nc"),
     output:
         figures=reported(
             expand(
-                "results/figures/transformers/{stem}.{fmt}",
+                results_path("figures/transformers/{stem}.{fmt}"),
                 stem=OVERVIEW_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -272,7 +272,7 @@ rule transformer_overview:
             labels=lambda stem: {"figure": stem},
         ),
         sphere_table=reported(
-            ["results/tables/transformers/sphere.csv", "results/tables/transformers/sphere.md"],
+            [results_path("tables/transformers/sphere.csv"), results_path("tables/transformers/sphere.md")],
             caption="../report/transformers/table_sphere.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -285,7 +285,7 @@ rule transformer_overview:
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/overview.log",
+        log_path("transformers/overview.log"),
     script:
         "../scripts/transformers/transformer_overview.py"
 
@@ -296,9 +296,12 @@ rule series_training:
     input:
         unpack(series_inputs),
     output:
-        data="results/transformers/series/{series}/training.nc",
+        data=results_path("transformers/series/{series}/training.nc"),
         tables=reported(
-            expand("results/tables/transformers/series/{{series}}/training.{ext}", ext=["csv", "md"]),
+            expand(
+                results_path("tables/transformers/series/{{series}}/training.{ext}"),
+                ext=["csv", "md"],
+            ),
             caption="../report/transformers/table_training.rst",
             category="Transformer study",
             subcategory="Over training",
@@ -306,7 +309,7 @@ rule series_training:
         ),
         figures=reported(
             expand(
-                "results/figures/transformers/series/{{series}}/training.{fmt}",
+                results_path("figures/transformers/series/{{series}}/training.{fmt}"),
                 fmt=config["plots"]["formats"],
             ),
             caption="../report/transformers/training.rst",
@@ -317,12 +320,14 @@ rule series_training:
     wildcard_constraints:
         series=name_regex(SERIES),
     params:
-        steps=lambda w: [config["transformers"]["models"][m]["step"] for m in SERIES_POINTS[w.series]],
+        steps=lambda w: [
+            config["transformers"]["models"][m]["step"] for m in SERIES_POINTS[w.series]
+        ],
         source=lambda w: config["transformers"]["series"][w.series]["source"],
         plots=canonical_json(config["plots"]),
     conda:
         CONDA_ENV
     log:
-        "logs/transformers/series/{series}/series_training.log",
+        log_path("transformers/series/{series}/series_training.log"),
     script:
         "../scripts/transformers/series_training.py"

@@ -39,7 +39,22 @@ def run_snakemake(
 
 def planned_jobs(repo: Path, workdir: Path, env: dict | None = None) -> dict[str, int]:
     """Rule -> number of jobs a dry run would execute (`all` left out)."""
-    out = run_snakemake(repo, workdir, "--dry-run", env=env)
+    return job_stats(run_snakemake(repo, workdir, "--dry-run", env=env))
+
+
+def dry_run(repo: Path, workdir: Path, *args: str, check: bool = True) -> str:
+    """The output of a dry run with exactly ``args`` (no --configfile added)."""
+    cmd = [*SNAKEMAKE, "-s", str(repo / "Snakefile"), "-d", str(workdir), "--cores", "2",
+           "--dry-run", *args]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{out[-6000:]}")
+    return out
+
+
+def job_stats(out: str) -> dict[str, int]:
+    """Rule -> number of jobs in a run's "Job stats" (`all` left out)."""
     if "Nothing to be done" in out:
         return {}
     stats = out.split("Job stats:")[1]

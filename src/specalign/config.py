@@ -96,6 +96,78 @@ def _fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, 
                 _fill_defaults(value, extra, root)
 
 
+def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "$ref" in schema:
+        ref = schema["$ref"].split("/")[-1]
+        return {**root["$defs"][ref], **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def coerce_overrides(value: Any, schema: Mapping[str, Any] | None = None) -> Any:
+    """Values given on the command line (``snakemake --config key=VALUE``) typed by the
+    schema.
+
+    Snakemake parses a top-level value as int, float, bool or YAML, but reads nested
+    YAML with the *base* loader, so ``--config plots='{dpi: 100}'`` arrives as
+    ``{"dpi": "100"}``. Where the schema wants something other than a string (a number,
+    integer, boolean, object, array or null), a string is parsed as YAML and the result
+    typed the same way, recursively; where it allows a string the string is kept
+    (``"null"`` or ``"~"`` becomes None where null is allowed too). A value that still
+    has the wrong type is left for :func:`validate_config` to name.
+    """
+    root = schema if schema is not None else load_schema()
+    return _coerce(value, root, root)
+
+
+def _coerce(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
+    schema = _resolve(schema, root)
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    if isinstance(value, str) and types:
+        if "string" in types:
+            return None if "null" in types and value.strip() in ("null", "~") else value
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        if isinstance(parsed, str) and {"number", "integer"} & set(types):
+            try:  # YAML 1.1 reads 1e-3 (no dot) as a string
+                parsed = float(parsed)
+            except ValueError:
+                return value
+            if "integer" in types and parsed.is_integer():
+                parsed = int(parsed)
+        if isinstance(parsed, str):
+            return value
+        value = parsed
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        out = {}
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            out[key] = item if sub is None else _coerce(item, sub, root)
+        return out
+    if isinstance(value, list):
+        prefix = schema.get("prefixItems", [])
+        items = schema.get("items")
+        return [
+            _coerce(item, prefix[i], root)
+            if i < len(prefix)
+            else (_coerce(item, items, root) if isinstance(items, dict) else item)
+            for i, item in enumerate(value)
+        ]
+    return value
+
+
+#: Appended to a validation error when values came from ``--config``.
+OVERRIDE_HINT = (
+    "values given with --config are read as YAML and typed by config/schema.yaml; give a "
+    "nested key as a mapping, e.g. --config plots='{dpi: 100}' or "
+    "transformers='{propagation: {null_draws: 4}}'"
+)
+
+
 def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> dict:
     """Validate ``config`` against the schema and return a copy with defaults filled.
 
@@ -312,6 +384,10 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
                     f"k + beta < width, but {name} has width {exp['width']}"
                 )
     problems += _check_models(cfg)
+    try:
+        results_folder(cfg)
+    except ConfigError as exc:
+        problems.append(str(exc))
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
@@ -395,6 +471,20 @@ def _named_twin_of(name: str, models: Mapping[str, Any]) -> str | None:
         if name.endswith(suffix) and base in models:
             return base
     return None
+
+
+def results_folder(cfg: Mapping[str, Any]) -> str:
+    """The configuration's results folder (key ``results``) as a clean relative or
+    absolute path without a trailing slash, "results" by default."""
+    import posixpath
+
+    folder = posixpath.normpath(str(cfg.get("results", "results/")).strip())
+    if folder in (".", "") or folder.startswith(".."):
+        raise ConfigError(
+            f"results: {cfg.get('results')!r} is not a folder of its own (the working "
+            "directory or outside it); fix: a folder name such as results/paper"
+        )
+    return folder
 
 
 def random_likes(cfg: Mapping[str, Any]) -> dict[str, str]:

@@ -8,6 +8,7 @@ other.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import warnings
@@ -23,6 +24,16 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
+log = logging.getLogger("specalign")
+
+
+def figure_formats() -> tuple[str, ...]:
+    """Every figure format the workflow can write (``plots.formats`` of the schema)."""
+    from specalign.config import load_schema
+
+    plots = load_schema()["properties"]["plots"]["properties"]
+    return tuple(plots["formats"]["items"]["enum"])
+
 
 def save_figure(
     fig: Figure,
@@ -33,9 +44,16 @@ def save_figure(
     """Write ``{stem}.{fmt}`` for each format atomically; return the paths.
 
     The PDF creation date is dropped so that rerunning the workflow on the same data
-    gives byte-identical files (and Snakemake sees no spurious change).
+    gives byte-identical files (and Snakemake sees no spurious change). The same figure
+    in a format not asked for now (a ``{stem}.pdf`` of an earlier run beside a new
+    ``{stem}.png``) is removed, with a warning: it would be read as this run's figure.
     """
     stem = Path(stem)
+    for fmt in sorted(set(figure_formats()) - set(formats)):
+        old = stem.with_name(f"{stem.name}.{fmt}")
+        if old.is_file():
+            old.unlink()
+            log.warning("removed %s: an earlier run's figure in a format not configured now", old)
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")

@@ -128,3 +128,28 @@ class LogProgress:
             elapsed,
             left,
         )
+
+
+def stale_files(folder: str | Path, produced: Any) -> list[Path]:
+    """Files under ``folder`` that no job of this run produces (``produced``: paths of
+    every output, log and benchmark of the run's jobs, relative to the working directory
+    or absolute): results of another configuration or of an earlier version of this one,
+    which a reader would otherwise take for this run's. Sorted; none when the folder
+    does not exist."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    made = {Path(p).resolve() for p in produced}
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.resolve() not in made)
+
+
+def stale_message(folder: str | Path, stale: list[Path], shown: int = 20) -> str:
+    """The warning naming stale files (the first ``shown`` of them)."""
+    names = "\n  ".join(str(p) for p in stale[:shown])
+    more = f"\n  ... and {len(stale) - shown} more" if len(stale) > shown else ""
+    return (
+        f"{len(stale)} file(s) in {folder}/ are not results of this configuration (another "
+        "configuration's models or experiments, or formats no longer configured); they are "
+        "not part of this run, its tables, figures or report. Delete them, or give each "
+        f"configuration its own folder (config key `results`):\n  {names}{more}"
+    )

@@ -433,3 +433,40 @@ def test_reproduction_markdown_lists_every_claim_with_a_verdict(data, tmp_path):
     path = tr.write_reproduction(tmp_path / "r.md", data["spectra"], data["prop"], {}, None)
     text = path.read_text()
     assert "Not run in this reproduction." in text and "(no data in this run)" in text
+
+
+# ------------------------------------------------------------ one layer numbering (issue 17)
+
+
+@pytest.mark.parametrize(("model", "shared"), [("tiny", False), ("albert_tiny", True)])
+def test_every_pair_of_files_lines_up_on_layer(data, model, shared, monkeypatch):
+    """spectra.nc, propagation.nc, steering.nc and the tables all count layers 1..L and
+    carry the layer -> block map; merged on ``layer`` their rows are the same layers (a
+    shared-weight model maps every layer to block 0)."""
+    from layer_views import check_layers_line_up, layer_views
+
+    mw = _weights("albert" if shared else "bert", 3, shared, seed=3 if shared else 0)
+    spectra, p = data["spectra"][model], data["prop"][model]
+    tables = {"eigenvalues": tt.eigenvalue_table(spectra, model),
+              "propagation": tt.propagation_table(p, model)}  # fmt: skip
+    views = layer_views(spectra, p, _steering(mw, monkeypatch), tables, same_prompts=False)
+    assert check_layers_line_up(views, mw.layer_block, mw.n_layers) == 10
+    assert spectra["layer"].values.tolist() == [1, 2, 3]
+    assert (spectra["layer_block"].values == 0).all() == shared
+    # past the depth the prolonged runs repeat the last layer, and say whose block it is
+    assert p.sizes["layer"] > 3 and (p["layer_block"].values[3:] == mw.layer_block[-1]).all()
+    # the datasets themselves merge on layer without a conflict in layer_block
+    xr.merge([spectra[["layer_block"]], p[["lambda_v1"]]], compat="no_conflicts", join="outer")
+
+
+def test_every_netcdf_variable_is_described(data):
+    """Every variable (coordinates included) of every file says what it is; the transformer
+    files state their conventions (layer numbering, column vectors, W stored (out, in),
+    the relation to TransformerLens's row-vector W_OV)."""
+    from specalign.transformers.variables import CONVENTIONS, undescribed
+
+    for kind, by_model in data.items():
+        for model, ds in by_model.items():
+            assert undescribed(ds) == [], (kind, model)
+            if kind != "sphere":
+                assert {k: ds.attrs.get(k) for k in CONVENTIONS} == CONVENTIONS

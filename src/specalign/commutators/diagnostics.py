@@ -182,6 +182,25 @@ VARIABLE_INFO: tuple[Variable, ...] = (
 VARIABLES: tuple[tuple[str, str], ...] = tuple(
     (v.name, f"{v.description} (paper {v.reference})") for v in VARIABLE_INFO
 )
+#: The descriptions of the coordinates and per-checkpoint variables of ``diagnostics.nc``.
+BOOKKEEPING: dict[str, str] = {
+    "seed": "training seed of the ensemble member",
+    "checkpoint": "checkpoint label: a risk level reached (risk_rel) or a training time t",
+    "layer": (
+        "layer l = 0..L-2 as Nystrom counts them (0-based): the hidden layer fed by W_l, "
+        "whose commutators with W_{l+1} are measured"
+    ),
+    "kb": "localisation setting (k, beta) of the buffered energies (Sec. 5.1)",
+    "k": "k of the localisation setting: the top-k eigenvectors",
+    "beta": "beta of the localisation setting: the buffer width",
+    "iteration": "gradient-descent iteration of the checkpoint (-1 when not reached)",
+    "time": "training time t = iteration * lr (NaN when not reached)",
+    "reached": "whether this seed reached the checkpoint",
+    "risk_train": "training risk (half mean squared error) at the checkpoint",
+    "risk_rel": "training risk relative to the seed's initial risk",
+    "risk_eval": "risk (half mean squared error) on the evaluation sample",
+    "diverged": "whether the seed's training diverged (its diagnostics are NaN)",
+}
 LAYER_KEYS: tuple[str, ...] = tuple(v.name for v in VARIABLE_INFO if v.dims == _L)
 LOCAL_KEYS: tuple[str, ...] = tuple(v.name for v in VARIABLE_INFO if v.dims == _LK)
 
@@ -545,7 +564,7 @@ def diagnostics_dataset(
     data_vars["diverged"] = (("seed",), np.asarray(traj["diverged"], dtype=bool))
     ds = xr.Dataset(data_vars, coords=coords)
     ds = ds.assign_coords(k=("kb", [k for k, _ in kbeta]), beta=("kb", [b for _, b in kbeta]))
-    descriptions = dict(VARIABLES)
+    descriptions = {**dict(VARIABLES), **BOOKKEEPING}
     for name, text in descriptions.items():
         if name in ds:
             ds[name].attrs["description"] = text if isinstance(text, str) else str(text)

@@ -22,7 +22,7 @@ Every figure draws a null level beside the measured curve, because an alignment
   gray, the chance level of every trained-model curve.
 
 Layer indices are 1-based in every figure (layer t = 1..T, state 0 is the input), as in
-``propagation.nc`` and the paper; ``spectra.nc`` stores 0-based layers and is shifted.
+every file and the paper (specalign.transformers.variables); blocks are 0-based.
 """
 
 from __future__ import annotations

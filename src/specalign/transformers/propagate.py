@@ -51,6 +51,7 @@ from specalign.transformers import spectra
 from specalign.transformers.contracts import MODES
 from specalign.transformers.families import family
 from specalign.transformers.sources import TOKENIZER_PATTERNS
+from specalign.transformers.variables import PROPAGATION, describe
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
 Corr = Literal["cosine", "pearson"]
@@ -649,7 +650,10 @@ def propagation_metrics(
     data_vars["lambda1_is_complex"] = (("layer",), dirs["lambda1_is_complex"].astype(np.int8))
     coords = {
         "mode": modes,
+        # layers 1..T as the paper counts them, each with its block (the repeated layer's
+        # past the model's depth); state t is the output of layer t, state 0 the embedding
         "layer": np.arange(1, T + 1),
+        "layer_block": ("layer", np.array([s[0] for s in _schedule(mw, T)], dtype=np.int64)),
         "state": np.arange(T + 1),
         "prompt": np.arange(P),
         "token": np.arange(P * N),
@@ -912,4 +916,4 @@ def propagation_dataset(
         ds[f"{var}_{other}"] = alt[var]
         ds[f"{var}_{other}"].attrs["description"] = f"{var} with corr = {other}"
     ds.attrs.update(corr=corr, corr_other=other)
-    return ds
+    return describe(ds, PROPAGATION)

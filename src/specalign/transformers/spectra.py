@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from specalign.transformers.variables import SPECTRA, describe
 from specalign.transformers.weights import ModelWeights
 
 
@@ -299,7 +300,8 @@ def spectra_dataset(
     """``spectra.nc`` content for every distinct block of ``mw`` (shared blocks once).
 
     Dims: ``block`` (distinct F), ``eig`` (the first ``n_eigs`` sorted eigenvalues,
-    all when None), ``component`` (d_model), ``plane`` (2), ``layer``. No complex
+    all when None), ``component`` (d_model), ``plane`` (2), ``layer`` (1..L, the
+    paper's numbering, with the coordinate ``layer_block``: the block of each layer). No complex
     dtypes (plain netCDF readers cannot read them): complex quantities are split into
     ``*_real``/``*_imag`` variables, booleans stored as int8 0/1.
 
@@ -307,7 +309,7 @@ def spectra_dataset(
     ``v2_real``, ``v2_imag``, ``v1_leading_real`` (block, component); ``v1_plane``
     (block, plane, component); ``gap``, ``spectral_radius``, ``radius_is_negative``,
     ``lambda1_is_complex``, ``leading_real_index``, ``lambda_I_plus_etaF_real``/``_imag``,
-    ``dominant_is_lambda1``, ``eta_bound`` (block,); ``layer_block`` (layer,); the
+    ``dominant_is_lambda1``, ``eta_bound`` (block,); the
     directions that propagation and steering measure against (:func:`directions`):
     ``direction_v1``, ``direction_v2``, ``direction_v_neg`` (block, component),
     ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` (block,) and ``direction_basis``
@@ -351,7 +353,6 @@ def spectra_dataset(
         "lambda_I_plus_etaF_imag": (bdims, shifted.imag),
         "dominant_is_lambda1": (bdims, stack("dominant_is_lambda1").astype(np.int8)),
         "eta_bound": (bdims, stack("eta_bound")),
-        "layer_block": (("layer",), np.asarray(mw.layer_block, dtype=np.int64)),
     }
     dirs = [s["directions"] for s in per_block]
     for key, name in DIRECTION_VECTORS.items():
@@ -367,7 +368,9 @@ def spectra_dataset(
         coords={
             "block": np.arange(len(mw.blocks)),
             "eig": np.arange(1, n + 1),
-            "layer": np.arange(mw.n_layers),
+            # layers 1..L as the paper counts them; layer_block maps each to its block
+            "layer": np.arange(1, mw.n_layers + 1),
+            "layer_block": ("layer", np.asarray(mw.layer_block, dtype=np.int64)),
         },
         attrs={
             "family": mw.family,
@@ -387,11 +390,4 @@ def spectra_dataset(
             "eta_bound_definition": "2/|Re l1 + Re ld| if -Re ld > Re l1 else inf",
         },
     )
-    ds["eig"].attrs["description"] = "1-based rank of the eigenvalue in the sort order"
-    ds["v1_plane"].attrs["description"] = (
-        "orthonormal basis of span{Re v1, Im v1} when lambda_1 is complex, NaN otherwise"
-    )
-    ds["leading_real_index"].attrs["description"] = (
-        "0-based sorted index of the leading real eigenvalue, -1 if none"
-    )
-    return ds
+    return describe(ds, SPECTRA)

@@ -56,6 +56,8 @@ import torch
 import xarray as xr
 from scipy.linalg import null_space
 
+from specalign.transformers.variables import SPHERE, describe
+
 Attention = Literal["softmax", "full"]
 ArrayPair = tuple[np.ndarray, np.ndarray]
 
@@ -592,4 +594,4 @@ def sphere_dataset(cfg: Mapping[str, Any]) -> xr.Dataset:
             "sphere (see specalign.transformers.sphere)."
         ),
     )
-    return ds
+    return describe(ds, SPHERE, conventions=False)

@@ -39,6 +39,7 @@ from specalign.io import InputFileError
 from specalign.transformers import contracts, propagate, spectra
 from specalign.transformers.families import family
 from specalign.transformers.propagate import Corr
+from specalign.transformers.variables import STEERING, describe
 from specalign.transformers.weights import ModelWeights
 
 Method = Literal["min_norm", "lstsq"]
@@ -547,7 +548,7 @@ def steering_dataset(
     mw = weights if isinstance(weights, ModelWeights) else contracts.read_weights_h5(weights)
     u = _unit(model_space(mw, e))
     methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
-    out = _SteeringArrays((len(methods), len(cs)), *ids.shape, mw.n_layers)
+    out = _SteeringArrays((len(methods), len(cs)), *ids.shape, mw.n_layers, mw.layer_block)
     W_O_new = _simplified_steering(
         mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress, threads
     )
@@ -633,8 +634,14 @@ class _SteeringArrays:
 
     _SCALARS = ("relative_change", "residual", "target_eigenvalue", "u_is_leading")
 
-    def __init__(self, shape: tuple[int, int], P: int, N: int, n_layers: int) -> None:
+    def __init__(
+        self, shape: tuple[int, int], P: int, N: int, n_layers: int, layer_block: Any = None
+    ) -> None:
         self.P, self.N, self.n_layers = P, N, n_layers
+        # the unsteered model's layer -> block map (the coordinate layer_block)
+        self.layer_block = np.asarray(
+            np.arange(n_layers) if layer_block is None else layer_block, dtype=np.int64
+        )
         self.g_u = np.full((*shape, 2, P * N), np.nan)
         self.g_um = np.full((*shape, 2, P), np.nan)
         self.g_null = np.full((*shape, 2, P * N), np.nan)
@@ -682,10 +689,12 @@ class _SteeringArrays:
             "variant": ["original", "steered"],
             "token": np.arange(P * N),
             "prompt": np.arange(P),
+            # layers 1..L as the paper counts them, each with its (0-based) block
             "layer": np.arange(1, self.n_layers + 1),
+            "layer_block": ("layer", self.layer_block),
         }
         mc = ("method", "c")
-        return xr.Dataset(
+        ds = xr.Dataset(
             {
                 "gamma_u": ((*mc, "variant", "token"), self.g_u),
                 "gamma_u_mean": ((*mc, "variant", "prompt"), self.g_um),
@@ -699,3 +708,4 @@ class _SteeringArrays:
             },
             coords=coords,
         )
+        return describe(ds, STEERING)

@@ -147,9 +147,12 @@ def mode_view(prop: xr.Dataset, mode: str) -> xr.Dataset | None:
 
 
 def _per_layer_spectra(spectra: xr.Dataset) -> xr.Dataset:
-    """The block variables of ``spectra`` indexed by (0-based) layer via layer_block."""
+    """The block variables of ``spectra`` per layer t = 1..L (each layer's block via
+    ``layer_block``), with the coordinates ``layer`` and ``layer_block`` of the file."""
     lb = np.asarray(spectra["layer_block"].values, dtype=int)
-    return spectra.drop_dims("layer", errors="ignore").isel(block=xr.DataArray(lb, dims="layer"))
+    per = spectra.drop_dims("layer", errors="ignore").isel(block=xr.DataArray(lb, dims="layer"))
+    per = per.drop_vars("block", errors="ignore")
+    return per.assign_coords(layer=spectra["layer"].values, layer_block=("layer", lb))
 
 
 def layer_eigenvalues(spectra: xr.Dataset, n: int = _N_EIGS) -> np.ndarray:
@@ -196,8 +199,8 @@ def eigenvalue_table(spectra: xr.Dataset, model: str, n_eigs: int = _N_EIGS) -> 
     df = pd.DataFrame(
         {
             "model": [model] * T,
-            "layer": np.arange(1, T + 1),
-            "block": np.asarray(spectra["layer_block"].values, dtype=int),
+            "layer": np.asarray(per["layer"].values, dtype=int),
+            "block": np.asarray(per["layer_block"].values, dtype=int),
         }
     )
     for i in range(n_eigs):
@@ -220,8 +223,10 @@ def eigenvalue_table(spectra: xr.Dataset, model: str, n_eigs: int = _N_EIGS) -> 
 def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
     """One row per (mode, layer) of the layers each mode has.
 
-    Columns: ``gamma``/``gamma_sd`` (token mean and sd), ``gamma_meantok`` (the mean
-    token of each prompt, averaged over prompts), ``psi``/``psi_sd``, ``rho``,
+    Columns: ``layer`` (1..L, more for the prolonged modes) and its ``block`` (empty for a
+    file without ``layer_block``), ``gamma``/``gamma_sd`` (token mean and sd),
+    ``gamma_meantok`` (the mean token of each prompt, averaged over prompts),
+    ``psi``/``psi_sd``, ``rho``,
     ``rho_meantok``; the random-direction nulls ``gamma_null``, ``psi_null``,
     ``rho_null`` and the most-negative-eigenvector nulls ``gamma_neg_null``,
     ``rho_neg_null``; and, when present, ``gamma_<other>``, ``rho_<other>``,
@@ -240,6 +245,11 @@ def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
             "model": [model] * T,
             "mode": [mode] * T,
             "layer": ds["layer"].values.astype(int),
+            # the block each layer uses (the repeated layer's past the model's depth)
+            "block": pd.array(
+                ds["layer_block"].values if "layer_block" in ds.coords else [pd.NA] * T,
+                dtype="Int64",
+            ),
             "corr": [corr] * T,
             "gamma": _over(ds["gamma"], "token", _nanmean),
             "gamma_sd": _over(ds["gamma"], "token", _nanstd),

@@ -1,0 +1,50 @@
+"""A pipeline run's files explain themselves and count layers one way (issue 17)."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import yaml
+
+from specalign.transformers.variables import CONVENTIONS, undescribed
+
+pytestmark = pytest.mark.pipeline
+
+
+def test_every_netcdf_variable_has_a_description(finished_run):
+    """Every variable, coordinates included, of every netCDF file the run wrote."""
+    files = sorted((finished_run / "results").rglob("*.nc"))
+    kinds = {p.name for p in files}
+    assert {"diagnostics.nc", "spectra.nc", "propagation.nc", "steering.nc", "sphere.nc"} <= kinds
+    for path in files:
+        with xr.open_dataset(path) as ds:
+            assert undescribed(ds) == [], path
+            if path.parent.parent.name == "transformers" and path.name != "sphere.nc":
+                assert {k: ds.attrs.get(k) for k in CONVENTIONS} == CONVENTIONS, path
+
+
+def test_every_pair_of_a_models_files_lines_up_on_layer(finished_run):
+    """spectra.nc, propagation.nc, steering.nc, eigenvalues.csv and propagation.csv of
+    each model merged pairwise on ``layer``: the same layers 1..L, each with the block
+    weights.h5 maps it to, and equal values where two files hold the same quantity."""
+    from layer_views import check_layers_line_up, layer_views
+
+    cfg = yaml.safe_load((finished_run / "config.yaml").read_text())
+    results = finished_run / "results"
+    for model in cfg["transformers"]["models"]:
+        with h5py.File(results / "transformers" / model / "weights.h5") as f:
+            layer_block = f["layer_block"][()]
+        opened = {
+            name: xr.load_dataset(results / "transformers" / model / f"{name}.nc")
+            for name in ("spectra", "propagation", "steering")
+        }
+        tables = {
+            name: pd.read_csv(results / "tables" / "transformers" / model / f"{name}.csv")
+            for name in ("eigenvalues", "propagation")
+        }
+        views = layer_views(opened["spectra"], opened["propagation"], opened["steering"], tables)
+        assert check_layers_line_up(views, layer_block, len(layer_block)) == 10
+        assert np.array_equal(opened["spectra"]["layer"], np.arange(1, len(layer_block) + 1))
