@@ -17,6 +17,7 @@ from specalign.config import (
     validate_config,
 )
 from specalign.fingerprint import script_fingerprint
+from specalign.output import CAPTION_SUFFIX
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.tables import MODEL_TABLES
 
@@ -206,14 +207,16 @@ def model_resources(rule_name):
 
 
 def reported(paths, caption, category, subcategory=None, labels=None):
-    """Flag the PNG figures and CSV tables among ``paths`` for `snakemake --report`.
+    """Flag the PNG figures and the HTML pages of tables and documents among ``paths``
+    for `snakemake --report`, which shows both in the page (a CSV or Markdown file would
+    only be a download link there).
 
     ``caption`` is a .rst path relative to rules/, or a function of a path's file stem.
-    PDFs and Markdown twins stay out of the report (they are the same content).
+    PDFs, CSVs and Markdown twins stay out of the report (they are the same content).
     """
     out = []
     for path in paths:
-        if path.endswith((".png", ".csv")):
+        if path.endswith((".png", ".html")):
             stem = Path(path).stem
             cap = caption(stem) if callable(caption) else caption
             path = report(
@@ -303,6 +306,12 @@ def series_targets():
         [*rules.series_training.output],
         series=SERIES,
     )
+
+
+def random_twin_propagation(wildcards):
+    """The propagation of the model's random-weight twin, drawn in its alignment panels."""
+    twin = random_twin(wildcards.model)
+    return expand(rules.propagate.output[0], model=twin) if twin else []
 
 
 def transformer_targets():

@@ -85,14 +85,15 @@ rule commutator_tables:
     input:
         diagnostics_files(),
     output:
-        csv=reported(
-            expand(results_path("tables/commutators/{table}.csv"), table=TABLES),
+        csv=expand(results_path("tables/commutators/{table}.csv"), table=TABLES),
+        md=expand(results_path("tables/commutators/{table}.md"), table=TABLES),
+        html=reported(
+            expand(results_path("tables/commutators/{table}.html"), table=TABLES),
             caption=lambda stem: f"../report/commutators/{stem}.rst",
             category="Commutator study",
             subcategory="Tables",
             labels=lambda stem: {"table": stem},
         ),
-        md=expand(results_path("tables/commutators/{table}.md"), table=TABLES),
     conda:
         CONDA_ENV
     log:
@@ -105,7 +106,7 @@ rule commutator_figure:
     input:
         diagnostics_files(),
     output:
-        reported(
+        figures=reported(
             expand(
                 results_path("figures/commutators/{{figure}}.{fmt}"),
                 fmt=config["plots"]["formats"],
@@ -115,6 +116,8 @@ rule commutator_figure:
             subcategory="Figures",
             labels={"figure": "{figure}"},
         ),
+        # the data-driven caption, read by the report's caption
+        caption=results_path(f"figures/commutators/{{figure}}{CAPTION_SUFFIX}"),
     wildcard_constraints:
         figure=name_regex(FIGURES),
     params:

@@ -11,11 +11,13 @@ rule reproduction:
         sphere=rules.sphere_dynamics.output if STUDY_MODELS else [],
         series=expand(rules.series_training.output.data, series=SERIES),
     output:
-        report(
-            results_path("reproduction.md"),
+        md=results_path("reproduction.md"),
+        # the same text as a page, which the report shows in place
+        html=report(
+            results_path("reproduction.html"),
             caption="../report/reproduction.rst",
             category="Reproduction report",
-            labels={"document": "reproduction.md"},
+            labels={"document": "reproduction"},
         ),
     params:
         models=STUDY_MODELS,

@@ -205,8 +205,9 @@ rule transformer_model_figures:
         propagation=results_path("transformers/{model}/propagation.nc"),
         steering=results_path("transformers/{model}/steering.nc"),
         null_spectra=random_twin_spectra,
+        null_propagation=random_twin_propagation,
     output:
-        reported(
+        figures=reported(
             expand(
                 results_path("figures/transformers/{{model}}/{stem}.{fmt}"),
                 stem=MODEL_FIGURES,
@@ -216,6 +217,12 @@ rule transformer_model_figures:
             category="Transformer study",
             subcategory="{model}",
             labels=lambda stem: {"model": "{model}", "figure": stem},
+        ),
+        # the data-driven captions, read by the report's captions
+        captions=expand(
+            results_path("figures/transformers/{{model}}/{stem}{suffix}"),
+            stem=MODEL_FIGURES,
+            suffix=CAPTION_SUFFIX,
         ),
     params:
         plots=canonical_json(config["plots"]),
@@ -239,7 +246,7 @@ rule transformer_model_tables:
             expand(
                 results_path("tables/transformers/{{model}}/{table}.{ext}"),
                 table=["eigenvalues", "propagation", "steering"],
-                ext=["csv", "md"],
+                ext=["csv", "md", "html"],
             ),
             caption=lambda stem: f"../report/transformers/table_{stem}.rst",
             category="Transformer study",
@@ -271,8 +278,13 @@ rule transformer_overview:
             subcategory="All models and sphere dynamics",
             labels=lambda stem: {"figure": stem},
         ),
+        captions=expand(
+            results_path("figures/transformers/{stem}{suffix}"),
+            stem=OVERVIEW_FIGURES,
+            suffix=CAPTION_SUFFIX,
+        ),
         sphere_table=reported(
-            [results_path("tables/transformers/sphere.csv"), results_path("tables/transformers/sphere.md")],
+            expand(results_path("tables/transformers/sphere.{ext}"), ext=["csv", "md", "html"]),
             caption="../report/transformers/table_sphere.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",

@@ -3,6 +3,7 @@
 from specalign import io
 from specalign.commutators import contracts
 from specalign.commutators import reproduction as commutators
+from specalign.output import markdown_html
 from specalign.transformers import reproduction as transformers
 from specalign.workflow import param_json, run_script
 
@@ -42,7 +43,9 @@ def main(smk):
             for name, path in zip(smk.params.series, smk.input.series, strict=True)
         }
         parts.append("\n".join(series.training_section(datasets)))
-    io.write_text(smk.output[0], "\n\n".join(p.rstrip() for p in parts) + "\n")
+    text = "\n\n".join(p.rstrip() for p in parts) + "\n"
+    io.write_text(smk.output.md, text)
+    io.write_text(smk.output.html, markdown_html(text, "Reproduction report"))
 
 
 run_script(snakemake, main)  # noqa: F821

@@ -5,7 +5,7 @@ from pathlib import Path
 import seaborn as sns
 
 from specalign.commutators import contracts, figures
-from specalign.output import save_figure
+from specalign.output import save_figure, write_caption
 from specalign.workflow import log, param_json, run_script
 
 
@@ -18,8 +18,9 @@ def main(smk):
         log.warning("%s: %s are not in this configuration", stem, figures.FIGURE_NEEDS[stem])
         made = figures.not_run_figure(stem)
     fig, caption = made
-    out_stem = Path(smk.output[0]).with_suffix("")
+    out_stem = Path(smk.output.figures[0]).with_suffix("")
     save_figure(fig, out_stem, formats=settings["formats"], dpi=settings["dpi"])
+    write_caption(out_stem, caption)
     log.info("%s: %s", stem, caption)
 
 

@@ -14,7 +14,9 @@ def main(smk):
     # A hub model's config.json exists only now: check the settings it limits before any
     # job uses them (the config validation did so for the models already on disk).
     config = json.loads((model_dir / "config.json").read_text())
-    problems = limits.model_problems(smk.config["transformers"], smk.wildcards.model, config)
+    problems = limits.model_problems(
+        smk.config["transformers"], smk.wildcards.model, config, model_dir
+    )
     if problems:
         raise ValueError("invalid configuration for this model: " + "; ".join(problems))
     contracts.write_manifest(smk.output[0], model_dir, {**info, "spec": spec})

@@ -5,7 +5,7 @@ from pathlib import Path
 import seaborn as sns
 
 from specalign import io
-from specalign.output import save_figure
+from specalign.output import save_figure, write_caption
 from specalign.transformers import figures
 from specalign.workflow import log, param_json, run_script
 
@@ -15,6 +15,9 @@ def main(smk):
     sns.set_theme(context=settings["context"], style="whitegrid")
     model = smk.wildcards.model
     null = io.read_netcdf(smk.input.null_spectra[0]) if smk.input.null_spectra else None
+    null_prop = (
+        io.read_netcdf(smk.input.null_propagation[0]) if smk.input.null_propagation else None
+    )
     made = figures.model_figures(
         model,
         spectra=io.read_netcdf(smk.input.spectra),
@@ -23,8 +26,9 @@ def main(smk):
         null_spectra=null,
         null_name=smk.params.null_name or None,
         like_of=smk.params.like_of or None,
+        null_prop=null_prop,
     )
-    outdir = Path(smk.output[0]).parent
+    outdir = Path(smk.output.figures[0]).parent
     for stem in figures.MODEL_FIGURES:
         if stem in made:
             fig, caption = made[stem]
@@ -33,6 +37,7 @@ def main(smk):
                 f"{model}: {stem}", "its mode is not in propagation.nc"
             )
         save_figure(fig, outdir / stem, formats=settings["formats"], dpi=settings["dpi"])
+        write_caption(outdir / stem, caption)
         log.info("%s: %s", stem, caption)
 
 

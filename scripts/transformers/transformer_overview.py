@@ -5,7 +5,7 @@ from pathlib import Path
 import seaborn as sns
 
 from specalign import io
-from specalign.output import save_figure
+from specalign.output import save_figure, write_caption
 from specalign.transformers import figures, tables
 from specalign.workflow import log, param_json, run_script
 
@@ -25,6 +25,7 @@ def main(smk):
             made = figures.unavailable_figure(stem, "no model spectra in this run")
         fig, caption = made
         save_figure(fig, outdir / stem, formats=settings["formats"], dpi=settings["dpi"])
+        write_caption(outdir / stem, caption)
         log.info("%s: %s", stem, caption)
     tables.write_sphere_table(Path(smk.output.sphere_table[0]).with_suffix(""), sphere)
 

@@ -80,19 +80,86 @@ def placeholder_figure(text: str, caption: str) -> tuple[Figure, str]:
     return fig, caption
 
 
+#: The data-driven caption a figure job writes beside ``{stem}.{fmt}``: ``{stem}`` +
+#: this suffix, reStructuredText that the `snakemake --report` caption of the figure
+#: reads (report/*.rst), so the report says what the job measured.
+CAPTION_SUFFIX = ".caption.rst"
+
+_RST_SPECIAL = str.maketrans({c: "\\" + c for c in "\\*`_|[]"})
+
+
+def rst_escape(text: str) -> str:
+    """``text`` as literal reStructuredText: the characters rst would read as markup
+    (emphasis, references, substitutions) escaped, so a caption such as ``W_O`` or
+    ``|corr|`` reads as written."""
+    return text.translate(_RST_SPECIAL)
+
+
+def write_caption(stem: str | os.PathLike[str], caption: str) -> Path:
+    """Write ``caption`` to ``{stem}.caption.rst`` atomically (escaped rst, one
+    paragraph); return the path."""
+    stem = Path(stem)
+    path = stem.with_name(stem.name + CAPTION_SUFFIX)
+    io.write_text(path, rst_escape(" ".join(caption.split())) + "\n")
+    return path
+
+
+_HTML_STYLE = """
+body { font-family: system-ui, sans-serif; font-size: 14px; margin: 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; }
+th { background: #f2f2f2; position: sticky; top: 0; }
+td:first-child, th:first-child { text-align: left; }
+code { background: #f4f4f4; padding: 0 0.2em; }
+p.caption { max-width: 60em; }
+"""
+
+
+def html_page(title: str, body: str) -> str:
+    """A self-contained HTML page (inline style, no scripts), as the report embeds it."""
+    from html import escape
+
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        f"<title>{escape(title)}</title><style>{_HTML_STYLE}</style></head>\n"
+        f"<body>\n{body}\n</body></html>\n"
+    )
+
+
+def to_html(df: pd.DataFrame, caption: str) -> str:
+    """The table as an HTML page: its caption, then every row (4 significant digits, as
+    the Markdown twin; the CSV keeps full precision)."""
+    from html import escape
+
+    # undefined cells (NaN, and None in text columns) are empty, as in the Markdown twin
+    shown = df.astype(object).where(df.notna(), None).map(lambda v: "" if v is None else v)
+    table = shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0)
+    return html_page(caption, f'<p class="caption">{escape(caption)}</p>\n{table}')
+
+
+def markdown_html(text: str, title: str) -> str:
+    """Markdown ``text`` (GitHub tables) as an HTML page, for the report's page view."""
+    from markdown_it import MarkdownIt
+
+    return html_page(title, MarkdownIt("commonmark").enable("table").render(text))
+
+
 def to_markdown(df: pd.DataFrame, caption: str) -> str:
     """A caption line followed by the table as GitHub markdown (4 significant digits)."""
     return f"{caption}\n\n{df.to_markdown(index=False, floatfmt='.4g')}\n"
 
 
 def write_table(df: pd.DataFrame, stem: str | os.PathLike[str], caption: str) -> list[Path]:
-    """Write ``{stem}.csv`` (full precision) and ``{stem}.md`` atomically; return both."""
+    """Write ``{stem}.csv`` (full precision), ``{stem}.md`` and ``{stem}.html`` (the page
+    the report shows) atomically; return the three paths."""
     stem = Path(stem)
     csv_path = stem.with_name(stem.name + ".csv")
     md_path = stem.with_name(stem.name + ".md")
+    html_path = stem.with_name(stem.name + ".html")
     io.write_with(csv_path, lambda p: df.to_csv(p, index=False))
     io.write_text(md_path, to_markdown(df, caption))
-    return [csv_path, md_path]
+    io.write_text(html_path, to_html(df, caption))
+    return [csv_path, md_path, html_path]
 
 
 def fmt_number(x: Any, spec: str = ".4g", missing: str = "") -> str:

@@ -3,7 +3,8 @@
 ``run_script(snakemake, main)`` gives every script the same behaviour: the log file of
 the rule receives Python logging and any traceback, thread pools are pinned to the
 job's ``threads`` before numerical libraries do any work, an exception fails the job
-with its message in the log (Snakemake then deletes the job's incomplete outputs), and
+with one line on the console (rule, wildcards, error, where the log is) and its
+traceback in the log (Snakemake then deletes the job's incomplete outputs), and
 a job whose Snakemake process is gone stops without publishing anything
 (:func:`specalign.runtime.watch_snakemake`).
 """
@@ -23,17 +24,42 @@ from specalign.runtime import pin_threads, snakemake_gone, watch_snakemake
 log = logging.getLogger("specalign")
 
 
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _NoTracebackFormatter(logging.Formatter):
+    """The console's formatter: the message without the traceback or stack, which go
+    to the job's log only (a failed job prints one line, not pages)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord(record.__dict__)
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return super().format(record)
+
+
 def setup_logging(logfile: str | Path | None, level: int = logging.INFO) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.__stderr__)]
+    console = logging.StreamHandler(sys.__stderr__)
+    console.setFormatter(_NoTracebackFormatter(_FORMAT))
+    handlers: list[logging.Handler] = [console]
     if logfile:
         Path(logfile).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(logfile, mode="w"))
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
+        file_handler = logging.FileHandler(logfile, mode="w")
+        file_handler.setFormatter(logging.Formatter(_FORMAT))
+        handlers.append(file_handler)
+    logging.basicConfig(level=level, handlers=handlers, force=True)
+
+
+def failure_line(smk: Any, exc: BaseException, logfile: str | Path | None) -> str:
+    """The one line a failed job prints: the rule and its wildcards, the error's type and
+    message (on one line), and where the traceback is."""
+    rule = getattr(smk, "rule", "?")
+    wildcards = getattr(smk, "wildcards", None)
+    items = wildcards.items() if hasattr(wildcards, "items") else []
+    where = ", ".join(f"{k}={v}" for k, v in items)
+    message = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = f"rule {rule}" + (f" ({where})" if where else "") + " failed: "
+    text += f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text + (f" [traceback in {logfile}]" if logfile else "")
 
 
 class _Tee:
@@ -85,7 +111,10 @@ def run_script(smk: Any, main: Callable[[Any], None]) -> None:
             )
             raise SystemExit(1) from None
         if isinstance(exc, Exception):
-            log.exception("rule %s failed", getattr(smk, "rule", "?"))
+            # one line on the console (the formatter drops the traceback there), the
+            # traceback in the log; SystemExit, so that Python prints no second copy
+            log.exception("%s", failure_line(smk, exc, logfile))
+            raise SystemExit(1) from None
         raise
     log.info("rule %s done in %.2f s", getattr(smk, "rule", "?"), time.perf_counter() - start)
 

@@ -325,7 +325,7 @@ def test_write_table_and_netcdf_round_trip(full, tmp_path):
     df = T.table2(loaded, n_boot=100)
     pd.testing.assert_frame_equal(df, T.table2({"b": full["b"]}, n_boot=100))
     paths = write_table(df, tmp_path / "tables" / "table2", "Table 2. test")
-    assert [p.name for p in paths] == ["table2.csv", "table2.md"]
+    assert [p.name for p in paths] == ["table2.csv", "table2.md", "table2.html"]
     back = pd.read_csv(paths[0])
     np.testing.assert_allclose(back["ours"], df["ours"])
     assert paths[1].read_text().startswith("Table 2. test\n\n|")

@@ -123,7 +123,10 @@ def _workflow_env(endpoint: str, **extra: str) -> dict[str, str]:
 def _write_config(workdir: Path, models: dict[str, dict]) -> list[str]:
     """A config with only these hub models; the weights.h5 targets."""
     hub_models = {name: {"source": "hub", **spec} for name, spec in models.items()}
-    cfg = {"threads": 1, "transformers": {"cache": "models", "models": hub_models}}
+    # the tiny repositories have no tokenizer: fetch_model refuses the default
+    # steering.target_text for them (steer would fail on it), so a token id instead
+    tcfg = {"cache": "models", "models": hub_models, "steering": {"target_id": 1}}
+    cfg = {"threads": 1, "transformers": tcfg}
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     return [f"results/transformers/{name}/weights.h5" for name in models]
 

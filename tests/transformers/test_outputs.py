@@ -150,6 +150,53 @@ def test_per_model_figures_render(data, tmp_path):
     assert {"eigenvalues", "alignment_real_model", "prolonged", "steering"} <= set(made)
 
 
+def test_figures_say_what_they_show(data, tmp_path):
+    """Issue 17: readable titles, layers 1..L beside the blocks, the twin in the alignment
+    panels, the steering target that was used, a log axis only where it shows something,
+    one legend line per reference level, legends beside the data."""
+    sp, pr = data["spectra"], data["prop"]
+    fig, _ = ptf.eigenvalue_figure(sp["tiny"], "tiny", sp["tiny_random"])
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert [x for x in labels if x.startswith("layer")] == ["layer 1", "layer 2", "layer 3"]
+    assert not any(x.startswith("block") for x in labels)
+    albert = ptf.eigenvalue_figure(sp["albert_tiny"], "a")[0]
+    assert any(
+        t.get_text().startswith("layers 1-") for t in albert.axes[0].get_legend().get_texts()
+    )
+    for ax in fig.axes:  # legends sit beside the axes, never over the data
+        assert ax.get_legend()._loc == 2 and ax.get_legend().get_bbox_to_anchor().x0 > 0
+    # the model and its random twin in one alignment panel
+    fig, cap = ptf.alignment_figure(
+        pr["tiny"], "tiny", "simplified_real", pr["tiny_random"], "twin"
+    )
+    assert "simplified_real" not in fig._suptitle.get_text()
+    assert fig._suptitle.get_text() == "tiny: simplified model, real attention"
+    for ax in fig.axes:
+        assert any("random twin twin" in t.get_text() for t in ax.get_legend().get_texts())
+    assert "random-weight twin twin in the same mode" in cap
+    assert "No random-weight twin" in ptf.alignment_figure(pr["tiny"], "tiny")[1]
+    # steering names the token used, not the configured text
+    steer = data["steer"]["tiny"].copy()
+    steer.attrs.update(target_text="the", target_id=37, target_tokens='["##x"]')
+    fig, cap = ptf.steering_figure(steer, "tiny")
+    assert fig._suptitle.get_text().endswith("towards the token '##x' (id 37)")
+    assert "'the'" not in cap and "'##x' (id 37)" in cap
+    # sin(theta) within one decade: a linear axis, said in the caption
+    fig, cap = ptf.prolonged_figure(pr["tiny"], "tiny")
+    assert fig.axes[1].get_yscale() == ("log" if "log scale" in cap else "linear")
+    assert ptf._spans_a_decade(np.array([0.97, 0.99, 1.0])) is False
+    assert ptf._spans_a_decade(np.array([1e-3, 0.5])) is True
+    # Figure 14: the consensus level of an even split is sqrt(2n): listed once
+    fig, _ = ptf.sphere_figure14(data["sphere"]["sphere"])
+    texts = [
+        t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()
+    ]
+    assert len(texts) == len(set(texts))
+    assert sum("4.47" in t for t in texts) == 1
+    ax3 = [ax for ax in fig.axes if ax.name == "3d"][0]
+    assert list(ax3.get_xticks()) == [-1.0, 0.0, 1.0]
+
+
 def test_steering_figure_probability_panel(data, tmp_path):
     steer = data["steer"]["tiny"].copy(deep=True)
     assert not np.isfinite(steer["p_before"]).any()  # non-causal: no LM head
@@ -319,6 +366,45 @@ def test_tilt_summary_and_verdict_rules():
     )
 
 
+def test_tilt_verdict_not_specific_when_the_negative_eigenvector_passes_too():
+    base = dict(frac=0.8, excess=0.3, rho=0.8, neg_frac=0.8, rho_neg=0.78)
+    v = tt._tilt_verdict(base)
+    assert v.startswith("not specific to v1") and not tt.holds(v)
+    assert "80%" in v and "0.78" in v
+    # the negative direction passes in fewer layers, or with a clearly lower rho: v1 wins
+    assert tt._tilt_verdict({**base, "neg_frac": 0.6}).startswith("holds (")
+    assert tt._tilt_verdict({**base, "rho_neg": 0.6}).startswith("holds (")
+    # no negative direction stored: the plain verdict
+    assert tt._tilt_verdict({**base, "neg_frac": float("nan")}).startswith("holds (")
+    # below chance stays below chance, whatever the negative direction does
+    assert tt._tilt_verdict({**base, "excess": -0.1}).startswith("does not hold beyond")
+
+
+def _rate_row(**kw):
+    row = dict(
+        lambda1_is_complex=False,
+        dominant_is_lambda1=True,
+        gamma_final=0.5,
+        measured=1.0,
+        predicted=1.0,
+        asymptotic=1.0,
+    )
+    return {**row, **kw}
+
+
+def test_rate_verdict_a_predicted_rate_of_one_is_no_convergence():
+    v = tt._rate_verdict(_rate_row())
+    assert "no convergence predicted" in v and "matches" not in v
+    v2 = tt._rate_verdict(
+        _rate_row(measured=0.9, predicted=0.9, asymptotic=0.95, gamma_final=0.999)
+    )
+    assert "matches the power-method prediction" in v2
+    # agreement with the asymptotic rate 1 while |mu_2/mu_1| < 1 is still no convergence
+    v3 = tt._rate_verdict(_rate_row(measured=0.999, predicted=0.5, asymptotic=1.0))
+    assert "no convergence predicted" in v3
+    assert "does not match" in tt._rate_verdict(_rate_row(measured=0.5))
+
+
 def test_eigenvalue_table_rows_and_values(data):
     sp = data["spectra"]["tiny"]
     df = tt.eigenvalue_table(sp, "tiny")
@@ -382,14 +468,18 @@ def test_table_writers(data, tmp_path):
     }
     paths = tt.write_model_tables(tmp_path, "tiny", inputs)
     assert sorted(p.name for p in paths) == [
-        "eigenvalues.csv", "eigenvalues.md", "propagation.csv", "propagation.md",
-        "steering.csv", "steering.md",
+        "eigenvalues.csv", "eigenvalues.html", "eigenvalues.md", "propagation.csv",
+        "propagation.html", "propagation.md", "steering.csv", "steering.html", "steering.md",
     ]  # fmt: skip
+    # the page the report shows: the caption, then every row as a table
+    page = (tmp_path / "eigenvalues.html").read_text()
+    assert "<table" in page and "Eigenvalues of F_t" in page
+    assert page.count("<tr") == len(pd.read_csv(tmp_path / "eigenvalues.csv")) + 1
     back = pd.read_csv(tmp_path / "propagation.csv")
     assert len(back) == len(tt.propagation_table(data["prop"]["tiny"], "tiny"))
     assert (tmp_path / "eigenvalues.md").read_text().startswith("Eigenvalues of F_t")
     sp = tt.write_sphere_table(tmp_path / "sphere", data["sphere"]["sphere"])
-    assert [p.suffix for p in sp] == [".csv", ".md"]
+    assert [p.suffix for p in sp] == [".csv", ".md", ".html"]
 
 
 def test_rate_summary_shared_model(data):

@@ -133,6 +133,8 @@ def test_random_model_from_a_written_configuration(base):
         "twin": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32}},
         "twin_file": {"source": "random", "config_file": "twin/config.json", "seed": 2},
     }
+    # a model without a folder has no tokenizer for the default target_text (issue 17)
+    base["transformers"]["steering"]["target_id"] = 3
     cfg = validate_config(base)
     assert cfg["transformers"]["models"]["twin"]["config"]["hidden_size"] == 32
     assert cfg["transformers"]["models"]["twin"]["like"] == ""

@@ -153,6 +153,7 @@ def _line_panel(
     null: float | None,
     null_label: str,
     legend_title: str,
+    legend_outside: bool = True,
 ) -> None:
     palette = dict(zip(hue_order, sns.color_palette("colorblind", len(hue_order)), strict=True))
     if len(data):
@@ -174,7 +175,16 @@ def _line_panel(
         ax.axhline(null, color="0.4", linestyle="--", linewidth=1.0, label=null_label)
     ax.set_title(title)
     ax.set_ylabel("seed mean")
-    if ax.get_legend() is not None or null is not None:
+    if (ax.get_legend() is not None or null is not None) and legend_outside:
+        # beside the axes: inside, "best" can still sit on the null level or a band
+        ax.legend(
+            title=legend_title,
+            fontsize="small",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0.0,
+        )
+    elif ax.get_legend() is not None or null is not None:
         ax.legend(title=legend_title, fontsize="small")
 
 
@@ -294,6 +304,7 @@ def figure2(
                 null=null,
                 null_label=null_label,
                 legend_title="depth",
+                legend_outside=False,  # two narrow panels: no room beside them
             )
             ax.set_xlabel("layer $\\ell$")
             _integer_x(ax)
@@ -422,7 +433,7 @@ def figure5(
     data = pd.concat(frames, ignore_index=True)
     hue = [g for g, _, _ in runs]
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(10.0, 3.8), layout="constrained")
+        fig = Figure(figsize=(12.0, 3.8), layout="constrained")
         ax_rho, ax_chi = fig.subplots(1, 2)
         for ax, var, title, null, null_label in (
             (ax_rho, "rho_tr_imb", f"$\\rho^{{tr,imb}}_{layer}$", 0.0, "uncorrelated"),

@@ -134,6 +134,28 @@ def _mode_text(mode: str) -> str:
     }.get(mode, mode)
 
 
+#: Readable names of the propagation modes, for titles and legends (the code names stay
+#: in the files and the captions, which say both).
+MODE_NAMES: dict[str, str] = {
+    "simplified_real": "simplified model, real attention",
+    "simplified_full": "simplified model, full attention (A = 1/n)",
+    "real_model": "real model",
+    "prolonged_real": "prolonged, real attention",
+    "prolonged_full": "prolonged, full attention (A = 1/n)",
+}
+
+
+def mode_name(mode: str) -> str:
+    """The readable name of a propagation mode (the code name when it has none)."""
+    return MODE_NAMES.get(mode, mode)
+
+
+def _legend_outside(ax: Axes, **kw: Any) -> None:
+    """The legend to the right of the axes, where it covers no curve and no reference
+    line (constrained layout makes room for it)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
+
+
 def _integer_x(ax: Axes) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
@@ -191,6 +213,7 @@ def _complex_plane_panel(ax: Axes, spectra: xr.Dataset, null_spectra: xr.Dataset
             label="random-weight model",
         )
     colors = sns.color_palette("viridis", n_blocks)
+    layers_of = _layers_of_blocks(spectra)
     for b in range(n_blocks):
         ax.scatter(
             lam_r[b],
@@ -198,7 +221,7 @@ def _complex_plane_panel(ax: Axes, spectra: xr.Dataset, null_spectra: xr.Dataset
             s=7,
             color=colors[b],
             alpha=0.8,
-            label=f"block {b}" if n_blocks <= 6 else None,
+            label=layers_of[b] if n_blocks <= 8 else None,
         )
     radius = float("nan")
     if lam_r.shape[1] == _d_model(spectra):
@@ -216,8 +239,27 @@ def _complex_plane_panel(ax: Axes, spectra: xr.Dataset, null_spectra: xr.Dataset
     ax.set_xlabel("Re $\\lambda$")
     ax.set_ylabel("Im $\\lambda$")
     ax.set_title(f"eigenvalues of $F = W_O W_V$ ({n_blocks} distinct)")
-    ax.legend(fontsize="x-small", loc="best")
+    _legend_outside(ax, fontsize="x-small")
     return radius
+
+
+def _layers_of_blocks(spectra: xr.Dataset) -> list[str]:
+    """``"layer t"`` (or ``"layers 1-12"`` for a shared block) for each block, in the
+    paper's layer numbering 1..L, from ``layer_block``."""
+    lb = np.asarray(spectra["layer_block"].values, dtype=int)
+    layers = np.asarray(spectra["layer"].values, dtype=int)
+    # spectra.nc counted layers from 0 before the numbering was made one (issue 17)
+    layers = layers + 1 if layers.size and layers.min() == 0 else layers
+    out = []
+    for b in range(spectra.sizes["block"]):
+        ts = layers[lb == b]
+        if ts.size == 1:
+            out.append(f"layer {ts[0]}")
+        elif ts.size and np.array_equal(ts, np.arange(ts[0], ts[0] + ts.size)):
+            out.append(f"layers {ts[0]}-{ts[-1]}")
+        else:
+            out.append("layers " + ", ".join(str(t) for t in ts))
+    return out
 
 
 def _layer_eigenvalue_panel(
@@ -263,7 +305,7 @@ def _layer_eigenvalue_panel(
     ax.set_ylabel("Re $\\lambda_{i,t}$")
     ax.set_title("leading eigenvalues per layer")
     _integer_x(ax)
-    ax.legend(fontsize="x-small", ncol=2)
+    _legend_outside(ax, fontsize="x-small")
     return complex1
 
 
@@ -287,7 +329,7 @@ def eigenvalue_figure(
     d = _d_model(spectra)
     per_layer = layer_eigenvalues(spectra)
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(11.0, 4.4), layout="constrained")
+        fig = Figure(figsize=(13.0, 4.6), layout="constrained")
         ax_c, ax_l = fig.subplots(1, 2, width_ratios=[1.0, 1.3])
         radius = _complex_plane_panel(ax_c, spectra, null_spectra)
         complex1 = _layer_eigenvalue_panel(ax_l, per_layer, null_spectra)
@@ -319,17 +361,25 @@ def eigenvalue_figure(
 
 
 def alignment_figure(
-    prop: xr.Dataset, model: str, mode: str = "simplified_real"
+    prop: xr.Dataset,
+    model: str,
+    mode: str = "simplified_real",
+    null_prop: xr.Dataset | None = None,
+    null_name: str | None = None,
 ) -> tuple[Figure, str] | None:
     """gamma_t, psi_t and rho_t across layers (paper Figs. 2, 8; 11, 12; 1b).
 
     Token mean +- sd and the prompt-mean-token variant, with the random-direction null
     (dashed, band = sd over tokens) and the most-negative-eigenvector null (dotted).
-    None when ``mode`` is not in ``prop``.
+    ``null_prop``: the propagation of the model's random-weight twin ``null_name``, whose
+    token mean is drawn in the same panels (gray dash-dotted), so that the model and its
+    null are read off one axis. None when ``mode`` is not in ``prop``.
     """
     ds = mode_view(prop, mode)
     if ds is None:
         return None
+    twin = mode_view(null_prop, mode) if null_prop is not None else None
+    twin_means: dict[str, float] = {}
     x = ds["layer"].values
     pal = sns.color_palette("colorblind", 2)
     rows = (
@@ -339,7 +389,7 @@ def alignment_figure(
     )
     nulls: dict[str, float] = {}
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(7.0, 8.6), layout="constrained")
+        fig = Figure(figsize=(9.0, 8.6), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
         for ax, (var, title) in zip(axes, rows, strict=True):
             if var == "rho":
@@ -352,6 +402,13 @@ def alignment_figure(
                 nulls["rho_neg"] = _neg_line(
                     ax, x, ds["rho_neg_null"], None, "most negative eigvec"
                 )
+                if twin is not None:
+                    tr = np.asarray(twin["rho"].values, dtype=float)
+                    ax.plot(
+                        twin["layer"].values, tr, color=_RANDOM_MODEL, ls="-.", marker="x",
+                        ms=4, label=f"random twin {null_name or ''}".rstrip(),
+                    )  # fmt: skip
+                    twin_means["rho"] = _nanmean(tr)
                 ax.axhline(0.5, color="k", lw=0.6)
                 ax.set_ylim(-0.03, 1.03)
             else:
@@ -365,13 +422,21 @@ def alignment_figure(
                 nulls[f"{var}_neg"] = _neg_line(
                     ax, x, ds[f"{var}_neg_null"], "token", "most negative eigvec"
                 )
+                if twin is not None:
+                    tm = _nanstats(twin[var], "token")[0]
+                    ax.plot(
+                        twin["layer"].values, tm, color=_RANDOM_MODEL, ls="-.", marker="x",
+                        ms=4, label=f"random twin {null_name or ''} (token mean)",
+                    )  # fmt: skip
+                    twin_means[var] = _nanmean(tm)
                 if var == "psi":
                     ax.axhline(0.0, color="k", lw=0.6)
             ax.set_title(title, fontsize="medium")
         axes[-1].set_xlabel("layer $t$")
         _integer_x(axes[-1])
-        axes[0].legend(fontsize="x-small", ncol=2)
-        fig.suptitle(f"{model}: {mode}")
+        for ax in axes:
+            _legend_outside(ax, fontsize="x-small")
+        fig.suptitle(f"{model}: {mode_name(mode)}")
     gamma_m = _nanmean(ds["gamma"])
     psi_m = _nanmean(ds["psi"])
     rho = np.asarray(ds["rho"].values, dtype=float)
@@ -388,7 +453,15 @@ def alignment_figure(
         f"eigenvector of F_t's most negative eigenvalue (dotted; gamma {nulls['gamma_neg']:.3f}"
         f", rho {nulls['rho_neg']:.2f}). Measured means over layers: gamma {gamma_m:.3f}, "
         f"psi {psi_m:+.3f}, rho {_nanmean(rho):.2f}; rho exceeds its random-direction null "
-        f"in {int(above.sum())} of {x.size} layers."
+        f"in {int(above.sum())} of {x.size} layers. "
+        + (
+            f"Gray dash-dotted: the random-weight twin {null_name} in the same mode (means "
+            f"over layers: gamma {twin_means['gamma']:.3f}, psi {twin_means['psi']:+.3f}, "
+            f"rho {twin_means['rho']:.2f}); the model's curves above the twin's are what "
+            "training put there."
+            if twin is not None
+            else "No random-weight twin of this model has this mode in the run."
+        )
     )
     return fig, caption
 
@@ -445,7 +518,7 @@ def correlations_figure(
     factor = math.pi / 2 if plane else 1.0
     means: dict[str, float] = {}
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(7.0, 8.2), layout="constrained")
+        fig = Figure(figsize=(9.2, 8.2), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
         for ax, (var, title) in zip(axes, rows, strict=True):
             null_scale = factor if var == "corr_proj" else 1.0
@@ -459,10 +532,10 @@ def correlations_figure(
             )
             ax.set_title(title, fontsize="medium")
             ax.set_ylim(-0.02, 1.02)
-            ax.legend(fontsize="x-small", loc="best")
+            _legend_outside(ax, fontsize="x-small")
         axes[-1].set_xlabel("layer $t$")
         _integer_x(axes[-1])
-        fig.suptitle(f"{model}: {mode}")
+        fig.suptitle(f"{model}: {mode_name(mode)}")
     null_level = _nanmean(null_m)
     caption = (
         f"Absolute correlation of tokens with the principal directions of F_t, {model}, mode "
@@ -514,7 +587,7 @@ def token_distance_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str]:
                 if ds is None:
                     continue
                 m, s = _nanstats(ds["token_distance"], "prompt")
-                _line_band(ax, ds["state"].values, m, s, color=pal[mode], label=mode)
+                _line_band(ax, ds["state"].values, m, s, color=pal[mode], label=mode_name(mode))
                 finals[mode] = float(m[-1])
             if normalized:
                 ax.axhline(
@@ -555,6 +628,14 @@ def _sin_theta(gamma: xr.DataArray) -> np.ndarray:
         return np.nanmean(np.sqrt(np.clip(1.0 - g**2, 0.0, None)), axis=gamma.get_axis_num("token"))
 
 
+def _spans_a_decade(values: np.ndarray) -> bool:
+    """Whether the positive finite ``values`` span at least a factor 10: only then does a
+    log axis show anything (over 0.97-1.00 it shows unreadable ticks of one decade)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    return bool(v.size) and float(v.max() / v.min()) >= 10.0
+
+
 def prolonged_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | None:
     """gamma over the prolonged layers (paper Fig. 6) with its nulls, and the mean
     sin(angle to v1) on a log scale, where a power-method convergence is a straight line.
@@ -569,42 +650,52 @@ def prolonged_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | None:
     pal = dict(zip(data, sns.color_palette("colorblind", len(data)), strict=True))
     finals: dict[str, float] = {}
     null_level = float("nan")
+    sin_all: list[np.ndarray] = []
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(11.0, 4.2), layout="constrained")
+        fig = Figure(figsize=(13.0, 4.4), layout="constrained")
         ax_g, ax_s = fig.subplots(1, 2)
         for i, (mode, ds) in enumerate(data.items()):
             x = ds["layer"].values
             m, s = _nanstats(ds["gamma"], "token")
-            _line_band(ax_g, x, m, s, color=pal[mode], label=mode, marker=None)
+            _line_band(ax_g, x, m, s, color=pal[mode], label=mode_name(mode), marker=None)
             finals[mode] = float(m[-1])
-            ax_s.semilogy(x, _sin_theta(ds["gamma"]), color=pal[mode], label=mode)
+            sines = _sin_theta(ds["gamma"])
+            ax_s.plot(x, sines, color=pal[mode], label=mode_name(mode))
+            sin_all.append(sines)
             if i == 0:
                 null_level = _null_band(ax_g, x, ds["gamma_null"], "token", "random direction")
                 _neg_line(ax_g, x, ds["gamma_neg_null"], "token", "most negative eigvec")
-                ax_s.semilogy(
-                    x,
-                    _sin_theta(ds["gamma_null"]),
-                    color=_NULL,
-                    ls="--",
-                    label="random direction",
-                )
+                sines = _sin_theta(ds["gamma_null"])
+                ax_s.plot(x, sines, color=_NULL, ls="--", label="random direction")
+                sin_all.append(sines)
         for ax in (ax_g, ax_s):
             if depth is not None:
                 ax.axvline(depth + 0.5, color="k", lw=0.8, ls="-.", label="original depth")
             ax.set_xlabel("layer $t$")
             _integer_x(ax)
-            ax.legend(fontsize="x-small")
+            _legend_outside(ax, fontsize="x-small")
         ax_g.set_ylabel("$\\gamma_t$ (mean $\\pm$ sd over tokens)")
         ax_g.set_ylim(-0.02, 1.02)
-        ax_s.set_ylabel("mean $\\sin\\theta_t = \\sqrt{1 - \\gamma_t^2}$")
+        log_scale = _spans_a_decade(np.concatenate(sin_all))
+        if log_scale:
+            ax_s.set_yscale("log")
+        ax_s.set_ylabel(
+            "mean $\\sin\\theta_t = \\sqrt{1 - \\gamma_t^2}$" + (" (log)" if log_scale else "")
+        )
         fig.suptitle(f"{model}: prolonged run")
     caption = (
         f"Alignment gamma_t with v1_t over the artificially prolonged transformer, {model} "
         "(paper Fig. 6). Layers past the original depth"
         + (f" ({depth}, dash-dotted line)" if depth is not None else "")
         + " repeat the last layer (for a shared-weight model every layer is the same). Left: "
-        "gamma_t, mean +- sd over tokens; right: the mean sine of the angle to v1_t on a log "
-        "scale, where convergence at the power-method rate is a straight line. Nulls: random "
+        "gamma_t, mean +- sd over tokens; right: the mean sine of the angle to v1_t, "
+        + (
+            "on a log scale, where convergence at the power-method rate is a straight line. "
+            if log_scale
+            else "on a linear scale: it stays within one decade here (no convergence to "
+            "read off a log axis). "
+        )
+        + "Nulls: random "
         f"unit directions (dashed, mean gamma {null_level:.3f}) and the most-negative "
         "eigenvector (dotted). Final gamma: "
         + ", ".join(f"{m} {v:.4f}" for m, v in finals.items())
@@ -711,6 +802,24 @@ def _next_token_panel(ax: Axes, steer: xr.Dataset, pal: Mapping[str, Any]) -> st
     )
 
 
+def steering_target_text(steer: xr.Dataset) -> str:
+    """The token the steering aimed at, as ``steer`` records it: ``'the' (id 1996)``.
+
+    ``target_text`` is only what was configured; with a ``target_id`` (or a text that
+    encodes to several tokens) the target is the token in ``target_tokens``/``target_id``.
+    """
+    import json
+
+    pieces: list[str] = []
+    try:
+        pieces = [str(p) for p in json.loads(str(steer.attrs.get("target_tokens", "[]")))]
+    except ValueError:
+        pieces = []
+    tid = steer.attrs.get("target_id")
+    token = pieces[0] if pieces else str(steer.attrs.get("target_text", "?"))
+    return f"'{token}'" + (f" (id {int(tid)})" if tid is not None else "")
+
+
 def _steering_caption(steer: xr.Dataset, model: str, null_all: float, p_text: str) -> str:
     rows = []
     for method in [str(m) for m in steer["method"].values]:
@@ -722,8 +831,8 @@ def _steering_caption(steer: xr.Dataset, model: str, null_all: float, p_text: st
                 f"(|dW_O|/|W_O| {float(sub['relative_change']):.3g})"
             )
     return (
-        f"Steering {model}'s last layer towards the input embedding u of "
-        f"'{steer.attrs.get('target_text', '?')}' by changing only W_O so that u is an "
+        f"Steering {model}'s last layer towards the input embedding u of the token "
+        f"{steering_target_text(steer)} by changing only W_O so that u is an "
         "eigenvector of F' = W_O' W_V with eigenvalue c r (paper Figs. 3 and 10; r the old "
         "spectral radius). Top left: gamma_u after the last layer of the simplified model "
         "(real attention), original (open) vs steered (filled); null: random unit "
@@ -760,8 +869,9 @@ def steering_figure(steer: xr.Dataset, model: str) -> tuple[Figure, str]:
         if has_p:
             axes[2][1].set_axis_off()
             p_text = _next_token_panel(axes[2][0], steer, pal)
-        target = steer.attrs.get("target_text", "?")
-        fig.suptitle(f"{model}: steering the last layer towards '{target}'")
+        fig.suptitle(
+            f"{model}: steering the last layer towards the token {steering_target_text(steer)}"
+        )
     return fig, _steering_caption(steer, model, null_all, p_text)
 
 
@@ -788,11 +898,11 @@ def corr_choice_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | Non
                 x = ds["layer"].values
                 g = _nanstats(ds[f"gamma{suffix}"], "token")[0]
                 gn = _nanstats(ds[f"gamma_null{suffix}"], "token")[0]
-                ax_g.plot(x, g, color=pal[mode], marker="o", ms=3, label=mode)
+                ax_g.plot(x, g, color=pal[mode], marker="o", ms=3, label=mode_name(mode))
                 ax_g.plot(x, gn, color=pal[mode], ls="--", lw=0.9)
                 r = np.asarray(ds[f"rho{suffix}"].values, dtype=float)
                 rn = np.asarray(ds[f"rho_null{suffix}"].values, dtype=float)
-                ax_r.plot(x, r, color=pal[mode], marker="o", ms=3, label=mode)
+                ax_r.plot(x, r, color=pal[mode], marker="o", ms=3, label=mode_name(mode))
                 ax_r.plot(x, rn, color=pal[mode], ls="--", lw=0.9)
                 summary.append(f"{mode} {name}: rho - null {_nanmean(r - rn):+.2f}")
             ax_g.set_title(f"{name}: $\\gamma_t$ (dashed: random-direction null)")
@@ -995,9 +1105,13 @@ def _sphere_axes(ax: Axes3D, V: np.ndarray) -> None:
         depthshade=False,
         label="$\\pm v_1$",
     )
-    ax.set_xlabel("$\\langle x, v_1\\rangle$", fontsize="small")
-    ax.set_ylabel("$\\langle x, v_2\\rangle$", fontsize="small")
-    ax.set_zlabel("$\\langle x, v_3\\rangle$", fontsize="small")
+    ax.set_xlabel("$\\langle x, v_1\\rangle$", fontsize="small", labelpad=-4)
+    ax.set_ylabel("$\\langle x, v_2\\rangle$", fontsize="small", labelpad=-4)
+    ax.set_zlabel("$\\langle x, v_3\\rangle$", fontsize="small", labelpad=-4)
+    # three ticks per axis: the default eight run together at this size
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):
+        axis.set_ticks([-1.0, 0.0, 1.0])
+    ax.tick_params(labelsize="x-small", pad=0)
     ax.set_box_aspect((1, 1, 1))
 
 
@@ -1123,22 +1237,34 @@ def sphere_figure14(sphere: xr.Dataset) -> tuple[Figure, str]:
             )
         # Every token sitting at +-v1 puts the distance on a lattice: 2 sqrt(m) for m
         # tokens on the other side; full consensus is m = n1 or n2, one switch is m = 1.
-        for lv in sorted({2 * math.sqrt(n1), 2 * math.sqrt(n2)}):
+        # One line per level: with an even split full consensus is at sqrt(2n), the
+        # random-token level, and is drawn (and listed) once, saying both.
+        random_level = math.sqrt(2.0 * n)
+        levels = sorted({2 * math.sqrt(n1), 2 * math.sqrt(n2)})
+        for lv in levels:
+            same = math.isclose(lv, random_level, rel_tol=1e-12)
             ax.axhline(
-                lv, color="k", ls=":", lw=1.0, label=f"full consensus at $\\pm v_1$ ({lv:.2f})"
+                lv,
+                color="k",
+                ls=":",
+                lw=1.0,
+                label=f"full consensus at $\\pm v_1$ ({lv:.2f})"
+                + (" = random tokens ($\\sqrt{2n}$)" if same else ""),
             )
         ax.axhline(2.0, color="k", ls="-.", lw=0.8, label="one token switched sides (2)")
-        ax.axhline(
-            math.sqrt(2.0 * n),
-            color=_NULL,
-            ls="--",
-            lw=1.0,
-            label=f"random tokens ($\\sqrt{{2n}}$ = {math.sqrt(2.0 * n):.2f})",
-        )
+        if not any(math.isclose(lv, random_level, rel_tol=1e-12) for lv in levels):
+            ax.axhline(
+                random_level,
+                color=_NULL,
+                ls="--",
+                lw=1.0,
+                label=f"random tokens ($\\sqrt{{2n}}$ = {random_level:.2f})",
+            )
         ax.set_xlabel("step")
         ax.set_ylabel("$\\|X_t - X_{bip}\\|_F$")
         ax.set_title("distance to the bipartite equilibrium", fontsize="medium")
-        ax.legend(fontsize="x-small")
+        # below the axes: inside, it would cover the reference levels near the top
+        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.1))
     caption = (
         f"Bipartite consensus on the sphere, d = {d}, n = {n} ({n1} tokens at v1, {n2} at "
         "-v1), single-head softmax attention (supplement Fig. 14): each configured "
@@ -1170,10 +1296,12 @@ def model_figures(
     null_spectra: xr.Dataset | None = None,
     null_name: str | None = None,
     like_of: str | None = None,
+    null_prop: xr.Dataset | None = None,
 ) -> dict[str, tuple[Figure, str]]:
     """``{stem: (figure, caption)}`` of every per-model figure its data allows;
     ``null_spectra`` are those of the random-weight twin ``null_name``; ``like_of`` is
-    the model whose configuration ``model`` copies when it is a random model itself.
+    the model whose configuration ``model`` copies when it is a random model itself;
+    ``null_prop`` the twin's propagation, drawn in the alignment panels.
 
     Stems: ``eigenvalues``, ``alignment_{mode}`` and ``correlations_{mode}`` for each
     mode, ``token_distance``, ``prolonged``, ``corr_choice``, ``steering``.
@@ -1183,13 +1311,12 @@ def model_figures(
         out["eigenvalues"] = eigenvalue_figure(spectra, model, null_spectra, null_name, like_of)
     if prop is not None:
         for mode in _modes(prop):
-            for stem, make in (
-                ("alignment", alignment_figure),
-                ("correlations", correlations_figure),
-            ):
-                made = make(prop, model, mode)
-                if made is not None:
-                    out[f"{stem}_{mode}"] = made
+            made = alignment_figure(prop, model, mode, null_prop, null_name)
+            if made is not None:
+                out[f"alignment_{mode}"] = made
+            made = correlations_figure(prop, model, mode)
+            if made is not None:
+                out[f"correlations_{mode}"] = made
         out["token_distance"] = token_distance_figure(prop, model)
         for stem, make2 in (("prolonged", prolonged_figure), ("corr_choice", corr_choice_figure)):
             made2 = make2(prop, model)

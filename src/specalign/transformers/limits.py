@@ -13,6 +13,11 @@ and RoBERTa's positions that start past the padding id. ``model_config_problems`
 called by :func:`specalign.config.validate_config`; a hub model fetched for the first
 time is checked by the ``fetch_model`` rule as soon as its folder exists
 (:func:`model_problems`).
+
+The same check covers what a later rule needs from the model folder or the disk: the
+tokenizer files that ``steer`` (a ``target_text``) and ``propagate`` (text or dataset
+prompts) use, a local or package folder that is a complete model, and the prompts' text
+file (:func:`input_problems`), so that none of them fails hours into a run.
 """
 
 from __future__ import annotations
@@ -25,10 +30,64 @@ from typing import Any
 from specalign.transformers.families import UnknownFamilyError, family
 
 
-def model_problems(tcfg: Mapping[str, Any], name: str, config: Mapping[str, Any]) -> list[str]:
+def tokenizer_uses(tcfg: Mapping[str, Any]) -> list[str]:
+    """What in ``tcfg`` (the ``transformers`` section) needs each model's tokenizer, one
+    phrase each naming the key and the rule; empty when no rule tokenizes anything
+    (random prompts and a ``steering.target_id``)."""
+    uses = []
+    steering = tcfg.get("steering", {})
+    if steering.get("target_id") is None:
+        uses.append(
+            f"transformers.steering.target_text {steering.get('target_text')!r} is encoded by "
+            "the model's tokenizer (rule steer)"
+        )
+    kind = tcfg.get("prompts", {}).get("kind")
+    if kind in ("text", "dataset"):
+        uses.append(
+            f"transformers.prompts.kind {kind!r} prompts are tokenized (rules propagate, steer)"
+        )
+    return uses
+
+
+def has_tokenizer(model_dir: str | Path) -> bool:
+    """Whether ``model_dir`` holds any tokenizer file (the patterns the hub download and
+    a random model's copy of its source folder use)."""
+    from specalign.transformers.sources import TOKENIZER_PATTERNS
+
+    return any(any(Path(model_dir).glob(p)) for p in TOKENIZER_PATTERNS)
+
+
+def tokenizer_problems(tcfg: Mapping[str, Any], name: str, model_dir: Path | None) -> list[str]:
+    """The settings that need model ``name``'s tokenizer when its folder ``model_dir``
+    (None: it has no folder to copy one from, a random model written in ``config:``) has
+    no tokenizer file: ``steer`` would fail on them after every earlier job has run."""
+    uses = tokenizer_uses(tcfg)
+    if not uses or (model_dir is not None and has_tokenizer(model_dir)):
+        return []
+    where = (
+        f"{model_dir} has no tokenizer files"
+        if model_dir is not None
+        else "it is built from a configuration written in config: and has no tokenizer"
+    )
+    return [
+        f"transformers.models.{name}: {where}, but {'; '.join(uses)}; fix: set "
+        "transformers.steering.target_id to a token id and use random prompts, or give the "
+        "model a folder with its tokenizer files"
+    ]
+
+
+def model_problems(
+    tcfg: Mapping[str, Any],
+    name: str,
+    config: Mapping[str, Any],
+    model_dir: str | Path | None = None,
+) -> list[str]:
     """The settings of ``tcfg`` (the ``transformers`` section) that model ``name``, with
-    config.json ``config``, cannot run; one line each, naming the key."""
+    config.json ``config``, cannot run; one line each, naming the key. With its folder
+    ``model_dir``, also the settings that need a tokenizer the folder lacks."""
     problems: list[str] = []
+    if model_dir is not None:
+        problems += tokenizer_problems(tcfg, name, Path(model_dir))
     try:
         adapter = family(config.get("model_type"))(config)
     except UnknownFamilyError as exc:
@@ -53,13 +112,66 @@ def model_problems(tcfg: Mapping[str, Any], name: str, config: Mapping[str, Any]
 
 
 def model_config_problems(tcfg: Mapping[str, Any]) -> list[str]:
-    """:func:`model_problems` of every configured model whose config.json is on disk."""
-    problems: list[str] = []
+    """:func:`model_problems` of every configured model whose config.json is on disk,
+    and :func:`input_problems`: what a later rule would fail on, found before any job."""
+    problems: list[str] = input_problems(tcfg)
     models = tcfg.get("models", {})
+    cache = tcfg.get("cache", "resources/models")
     for name in sorted(models):
-        config = _known_config(name, models, tcfg.get("cache", "resources/models"))
-        if config is not None:
+        config = _known_config(name, models, cache)
+        if config is None:
+            continue
+        spec = models[name] or {}
+        if spec.get("source") == "random" and isinstance(spec.get("config"), Mapping):
             problems += model_problems(tcfg, name, config)
+            problems += tokenizer_problems(tcfg, name, None)
+            continue
+        path = config_json_path(name, models, cache)
+        problems += model_problems(tcfg, name, config, path.parent if path else None)
+    return problems
+
+
+def input_problems(tcfg: Mapping[str, Any]) -> list[str]:
+    """Inputs of later rules that are missing now, one line each naming the key: a local
+    or package model folder that is not a complete model (``fetch_model``, the first job,
+    would stop on it), the prompts' text file (``propagate``), the ``datasets`` package
+    for dataset prompts. A hub model is checked by ``fetch_model`` once downloaded."""
+    from specalign.transformers.sources import ModelSourceError, resolve_model_dir, source_spec
+
+    problems = []
+    for name, spec in sorted(tcfg.get("models", {}).items()):
+        if (spec or {}).get("source") in ("local", "package"):
+            try:
+                resolve_model_dir(source_spec(spec))
+            except ModelSourceError as exc:
+                problems.append(f"transformers.models.{name}: {exc}")
+            except (KeyError, ValueError):
+                pass  # a spec without its field: reported by the config check by name
+    prompts = tcfg.get("prompts", {})
+    text_file = prompts.get("text_file")
+    if prompts.get("kind") == "text" and text_file:
+        path = Path(text_file).expanduser()
+        if not path.is_file():
+            problems.append(
+                f"transformers.prompts.text_file: {text_file} does not exist (or is not a file)"
+            )
+        else:
+            try:
+                path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                problems.append(
+                    f"transformers.prompts.text_file: {text_file} is not readable UTF-8 text "
+                    f"({exc.__class__.__name__})"
+                )
+    if prompts.get("kind") == "dataset":
+        import importlib.util
+
+        if importlib.util.find_spec("datasets") is None:
+            problems.append(
+                "transformers.prompts.kind: 'dataset' needs the `datasets` package "
+                "(pip install datasets) and network access; offline, use kind 'text' with "
+                "a local file"
+            )
     return problems
 
 

@@ -47,7 +47,7 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
-from specalign.transformers import spectra
+from specalign.transformers import spectra, streaming
 from specalign.transformers.contracts import MODES
 from specalign.transformers.families import family
 from specalign.transformers.sources import TOKENIZER_PATTERNS
@@ -440,20 +440,34 @@ def real_forward_hidden_states(
     device: str = "cpu",
     dtype: Any = None,
     final_norm: bool = False,
+    stream: bool = True,
+    mem_limit: int | None = None,
 ) -> np.ndarray:
     """Hidden states of the real model (embeddings, FFN, norms), Figures 11-12.
 
-    Loads ``AutoModel`` from a local directory (:func:`load_base_model`) and returns
-    :func:`model_hidden_states` of ``input_ids`` (n_prompts, n_tokens).
+    With ``stream`` (default) the model runs from its checkpoint one layer at a time
+    (:func:`specalign.transformers.streaming.streamed_model`: peak memory one layer in
+    ``dtype`` plus the states, whatever the model's size); otherwise ``AutoModel`` is
+    loaded whole (:func:`load_base_model`). Returns :func:`model_hidden_states` of
+    ``input_ids`` (n_prompts, n_tokens), in the compute dtype.
     """
-    model = load_base_model(model_dir, device, dtype)
-    return model_hidden_states(model, input_ids, final_norm=final_norm)
+    if not stream:
+        model = load_base_model(model_dir, device, dtype)
+        return model_hidden_states(model, input_ids, final_norm=final_norm)
+    model = streaming.streamed_model(model_dir, "base", device, dtype, mem_limit=mem_limit)
+    try:
+        return model_hidden_states(model, input_ids, final_norm=final_norm)
+    finally:
+        streaming.close_stream(model)
 
 
 def model_hidden_states(model: Any, input_ids: np.ndarray, final_norm: bool = False) -> np.ndarray:
-    """The hidden states of a loaded base model on ``input_ids`` (n_prompts, n_tokens).
+    """The hidden states of a loaded (or streamed) base model on ``input_ids``
+    (n_prompts, n_tokens).
 
-    Returns float64 (n_layers + 1, n_prompts, n_tokens, d): state 0 is the input of layer
+    Returns (n_layers + 1, n_prompts, n_tokens, d) in the model's compute dtype (float32
+    states are held as float32: they grow with depth, and every reader converts them
+    to float64 exactly): state 0 is the input of layer
     0 (the embedding output: for ALBERT after the embedding-to-hidden projection, for
     Gemma scaled by sqrt(d), for OPT-350m after ``project_in``), state t the output of
     layer t. ``transformers`` (5.x) replaces the last hidden state of every decoder family
@@ -474,16 +488,24 @@ def model_hidden_states(model: Any, input_ids: np.ndarray, final_norm: bool = Fa
         loop_norm = family(getattr(model.config, "model_type", None)).final_norm_in_loop
         if loop_norm is not None:
             setattr(model, loop_norm, torch.nn.Identity())
-    device = next(model.parameters()).device
+    device = streaming.model_device(model)
     with torch.no_grad():
         t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
         out = model(
             input_ids=t_ids, attention_mask=torch.ones_like(t_ids), output_hidden_states=True
         )
-    hs = out.hidden_states
-    if hs is None:
+    if out.hidden_states is None:
         raise RuntimeError(f"{type(model).__name__} returned no hidden states")
-    return np.stack([h.detach().to("cpu", torch.float64).numpy() for h in hs])
+    hs = list(out.hidden_states)
+    del out  # the list holds the only references: each state is freed once copied
+    first = hs[0]
+    dtype = torch.float64 if first.dtype == torch.float64 else torch.float32
+    states = np.empty((len(hs), *first.shape), dtype=np.float64 if dtype == torch.float64
+                      else np.float32)  # fmt: skip
+    for t in range(len(hs)):
+        states[t] = hs[t].detach().to("cpu", dtype).numpy()
+        hs[t] = None
+    return states
 
 
 # --------------------------------------------------------------------------- metrics
@@ -883,7 +905,7 @@ def propagation_states(
     for i, attention in enumerate(("real", "full"), start=1):
         # A prolonged run repeats the last layer after the model's own layers, so the
         # model's run is its first n_layers + 1 states: one pass computes both.
-        run = simplified_forward(mw, hidden[0], eta, attention, T)
+        run = simplified_forward(mw, np.asarray(hidden[0], np.float64), eta, attention, T)
         states[f"simplified_{attention}"] = run[: mw.n_layers + 1]
         if prolong:
             states[f"prolonged_{attention}"] = run

@@ -28,6 +28,7 @@ from specalign.transformers.paper import CLAIMS, FIG14_OUTCOMES, PAPER_FAMILIES,
 from specalign.transformers.tables import (
     GAMMA_CONVERGED,
     JACOBIAN_TOL,
+    NO_CONVERGENCE_TOL,
     RATE_TOL,
     RESIDUAL_TOL,
     SMALL_GAP,
@@ -270,7 +271,13 @@ def _stability_lines(df: pd.DataFrame) -> list[str]:
     lines.append(
         f"- Convergence to v1 under full attention: measured per-step rate {meas:.4f} vs "
         f"predicted {pred:.4f} (|mu_2/mu_1| = {float(df['rate_predicted'].iloc[0]):.4f}) -> "
-        + ("holds." if abs(meas - pred) <= RATE_TOL else "does not hold.")
+        + (
+            "does not hold."
+            if not abs(meas - pred) <= RATE_TOL
+            else "no convergence predicted (rate 1), and none measured."
+            if pred >= 1.0 - NO_CONVERGENCE_TOL
+            else "holds."
+        )
     )
     return lines
 

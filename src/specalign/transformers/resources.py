@@ -11,19 +11,28 @@ workflow's settings: P x N prompt tokens, T prolonged layers, the steering varia
 
 Memory (bytes) is the largest of the phases a job goes through, each the arrays it holds
 at once (``mem_bytes``), plus the interpreter with torch and transformers imported
-(``BASE_BYTES``), times ``SAFETY``:
+(``BASE_BYTES``), times ``SAFETY``. The real model is never held whole: its passes and
+the random twin are streamed one *unit* at a time (a decoder layer, the embeddings, the
+LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float32
+(``unit32``) and, while a tensor is cast, that tensor in its stored dtype:
 
-* ``random_model``: the float32 model and what ``save_pretrained`` holds while it
-  writes (1.05 x 4 n_params: 10.8 GB peak measured for GPT-Neo 2.7B's 10.6 GB);
+* ``random_model``: the unit being drawn in float32 and its cast copy;
 * ``extract_weights``: one block at a time in float64 (it streams the checkpoint);
 * ``spectra``: the float64 attention weights of every block (4 d^2 B x 8) and LAPACK's
   work arrays for one d x d eigen-decomposition (about 8 d^2 x 8);
-* ``propagate``: the float32 model with its float64 hidden states, then (the model
-  freed) the float64 weights with the states of every simplified run (T + 1 states of
-  P N tokens, two attention readings, and the metrics' normalised copies);
-* ``steer``: the model for the embedding output; the float64 weights with one run of
-  states and every variant's W_O', Delta W_O and F'; the float32 causal LM with its
-  replayed layer outputs and the logits (P N V x 4).
+* ``propagate``: the streamed unit with the float32 hidden states of every layer (twice
+  while transformers' tuple is copied out), then the float64 weights with those states
+  and the states of every simplified run (T + 1 states of P N tokens, two attention
+  readings, and the metrics' normalised copies);
+* ``steer``: the embeddings for the embedding output; the float64 weights with one run of
+  states and every variant's W_O', Delta W_O and F'; the streamed causal LM with the
+  variants' W_O (float64 and their float32 copy), the replayed layer output and the
+  last position's logits.
+
+A unit's size comes from config.json (:func:`unit_parameters`): a layer's grouped-query
+attention (Q and O at n_heads d_head, K and V at n_kv_heads d_head), its feed-forward
+(three d x f matrices where the FFN is gated, two otherwise), norms and biases; the
+token embeddings; an untied LM head.
 
 Runtime (minutes) is ``RUNTIME_MARGIN`` times the work at rates per core measured by
 ``bench/bench_paper_scale.py`` on a 2-core machine (``RATES``: the float64 eigen-solver,
@@ -43,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specalign.transformers.families import adapter_for
+from specalign.transformers.families import FamilyAdapter, LlamaAdapter, adapter_for
 
 #: Resident memory of a job before any model array: Python, numpy, torch, transformers
 #: and xarray imported (700-900 MB measured for the MiniLM jobs).
@@ -75,6 +84,14 @@ class ModelSize:
     n_layers: int
     n_blocks: int
     vocab_size: int
+    #: the largest unit a streamed pass holds (a layer, the embeddings, the head)
+    unit_params: int = 0
+    #: the largest single tensor (cast from its stored dtype one at a time)
+    tensor_params: int = 0
+    #: bytes per stored value of the checkpoint (2 for bf16)
+    stored_bytes: float = 4.0
+    #: H d_head: the width of W_O's input (the steering variants are d x H d_head)
+    inner: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,24 +132,75 @@ def safetensors_parameters(model_dir: str | Path) -> int | None:
     return total if found else None
 
 
-def config_parameters(config: Mapping[str, Any]) -> int:
-    """The parameter count a transformer of config.json's sizes has, when its weights are
-    not on disk (a hub model not fetched yet): per distinct block 4 d^2 of attention and
-    2 d f of feed-forward (f the FFN width, 4 d when config.json names none), plus the
-    token and position embeddings (of ALBERT's ``embedding_size`` e, with its e x d
-    projection, when it embeds in a smaller space)."""
-    adapter = adapter_for(config)
-    d = adapter.d_model
-    ffn = next(
+def _ffn_width(config: Mapping[str, Any], d: int) -> int:
+    return next(
         (int(config[k]) for k in ("intermediate_size", "n_inner", "ffn_dim", "hidden_dim")
          if config.get(k)),
         4 * d,
     )  # fmt: skip
+
+
+def gated_ffn(adapter: FamilyAdapter) -> bool:
+    """Whether the family's feed-forward is gated (SwiGLU/GeGLU: gate, up and down
+    projections, three d x f matrices): the Llama-layout families (Llama, Mistral, Qwen,
+    Gemma, Phi-3, every subclass of :class:`LlamaAdapter`)."""
+    return isinstance(adapter, LlamaAdapter)
+
+
+def unit_parameters(config: Mapping[str, Any]) -> dict[str, int]:
+    """Parameters of each kind of unit a streamed pass holds at once, from config.json:
+    ``layer`` (one decoder layer: grouped-query attention with its biases where the
+    family has them, the feed-forward, two norms), ``embeddings`` (tokens, positions,
+    ALBERT's and OPT-350m's projection), ``head`` (the LM head when untied, else 0)."""
+    adapter = adapter_for(config)
+    d, H, kv, dh = adapter.d_model, adapter.n_heads, adapter.n_kv_heads, adapter.d_head
+    f = _ffn_width(config, d)
+    hf = adapter.hf
+    attention_bias = bool(getattr(hf, "attention_bias", False) or adapter.model_type == "qwen2")
+    bias = not isinstance(adapter, LlamaAdapter) or attention_bias
+    attention = 2 * d * H * dh + 2 * d * kv * dh + (bias * (H * dh + 2 * kv * dh + d))
+    ffn = (3 if gated_ffn(adapter) else 2) * d * f + (0 if gated_ffn(adapter) else f + d)
+    layer = attention + ffn + 4 * d
     vocab = int(config.get("vocab_size") or 0)
-    positions = int(adapter.max_positions or 0)
-    e = int(config.get("embedding_size") or d)
+    positions = 0 if adapter.rotary_style else int(adapter.max_positions or 0)
+    e = int(config.get("embedding_size") or config.get("word_embed_proj_dim") or d)
     embeddings = (vocab + positions) * e + (e * d if e != d else 0)
-    return adapter.n_blocks * (4 * d * d + 2 * d * ffn) + embeddings
+    tied = bool(getattr(hf, "tie_word_embeddings", True))
+    head = 0 if tied or not adapter.causal_lm else vocab * e
+    return {"layer": layer, "embeddings": embeddings, "head": head}
+
+
+def config_parameters(config: Mapping[str, Any]) -> int:
+    """The parameter count a transformer of config.json's sizes has, when its weights are
+    not on disk (a hub model not fetched yet): every distinct block's layer, the
+    embeddings and an untied head (:func:`unit_parameters`); within 3 % of the
+    instantiated architecture for the paper's and today's families (tested)."""
+    units = unit_parameters(config)
+    return adapter_for(config).n_blocks * units["layer"] + units["embeddings"] + units["head"]
+
+
+def stored_bytes_per_value(config: Mapping[str, Any], model_dir: str | Path | None) -> float:
+    """Bytes per stored value: from the safetensors headers when the weights are on disk,
+    else config.json's ``dtype`` / ``torch_dtype`` (float32 when it names none)."""
+    if model_dir is not None:
+        total = count = 0
+        for path in sorted(Path(model_dir).glob("*.safetensors")):
+            with open(path, "rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(length))
+            for name, entry in header.items():
+                if name != "__metadata__":
+                    n = math.prod(entry["shape"])
+                    total += n * _DTYPE_BYTES.get(entry["dtype"], 4)
+                    count += n
+        if count:
+            return total / count
+    name = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    return {"bfloat16": 2.0, "float16": 2.0, "float64": 8.0}.get(name, 4.0)
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1,
+                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}  # fmt: skip
 
 
 def model_size(config: Mapping[str, Any], model_dir: str | Path | None = None) -> ModelSize:
@@ -140,38 +208,66 @@ def model_size(config: Mapping[str, Any], model_dir: str | Path | None = None) -
     weights in ``model_dir`` when there are any, else from the configuration."""
     adapter = adapter_for(config)
     stored = safetensors_parameters(model_dir) if model_dir is not None else None
+    units = unit_parameters(config)
+    d = adapter.d_model
+    vocab = int(config.get("vocab_size") or 0)
+    f = _ffn_width(config, d)
     return ModelSize(
         n_params=int(stored if stored is not None else config_parameters(config)),
-        d_model=adapter.d_model,
+        d_model=d,
         n_layers=adapter.n_layers,
         n_blocks=adapter.n_blocks,
-        vocab_size=int(config.get("vocab_size") or 0),
+        vocab_size=vocab,
+        unit_params=max(units.values()),
+        tensor_params=max(vocab * d, d * f * (2 if adapter.model_type == "phi3" else 1)),
+        stored_bytes=stored_bytes_per_value(config, model_dir),
+        inner=adapter.n_heads * adapter.d_head,
     )
 
 
-def mem_bytes(rule: str, s: ModelSize, w: Workload) -> float:
-    """The arrays the job of ``rule`` holds at its peak (see the module doc), in bytes."""
+def phase_bytes(rule: str, s: ModelSize, w: Workload) -> dict[str, float]:
+    """The arrays the job of ``rule`` holds in each of its phases (see the module doc),
+    in bytes, by phase name; the phases that stream the real model are ``streamed*``."""
     d, L, B = s.d_model, s.n_layers, s.n_blocks
-    model32 = 4.0 * s.n_params
-    hidden = (L + 1) * w.tokens * d * (8 + 4)  # float64 states and the float32 outputs
+    # a streamed unit in float32 while its largest tensor is cast from the stored dtype
+    unit = 4.0 * (s.unit_params or s.n_params) + s.stored_bytes * s.tensor_params
+    states32 = (L + 1) * w.tokens * d * 4.0
     weights64 = 8.0 * 4 * d * d * B
     run = (w.layers_run + 1) * w.tokens * d * 8.0
+    inner = s.inner or d
     phases = {
-        "random_model": [1.05 * model32],
-        "extract_weights": [8.0 * 10 * d * d + 2 * 4.0 * d * d],
-        "spectra": [weights64 + 8.0 * 8 * d * d],
-        # the real model's states stay while the simplified runs and their metrics run
-        "propagate": [model32 + hidden, weights64 + hidden + 2 * run * 3],
-        "steer": [
-            model32 + hidden,
+        "random_model": {"streamed twin": unit},
+        "extract_weights": {"blocks": 8.0 * 10 * d * d + 2 * 4.0 * d * d},
+        "spectra": {"blocks": weights64 + 8.0 * 8 * d * d},
+        # transformers' tuple of states and their copy, then the real model's states
+        # stay while the simplified runs and their metrics run
+        "propagate": {
+            "streamed real model": unit + 2 * states32,
+            "simplified runs": weights64 + states32 + 2 * run * 3,
+        },
+        "steer": {
+            "streamed embeddings": unit,
             # the variants' W_O', Delta and F' (d x d each) are held together
-            weights64 + 3 * (L + 1) * w.tokens * d * 8.0 + w.variants * 3 * d * d * 8.0,
-            model32 + L * w.tokens * d * 4.0 + 2 * w.tokens * s.vocab_size * 4.0,
-        ],
+            "simplified steering": weights64
+            + 3 * (L + 1) * w.tokens * d * 8.0
+            + w.variants * 3 * d * d * 8.0,
+            # the variants' W_O (float64, one float32 copy at a time), the replayed
+            # layer output with one layer's activations, the last position's logits
+            "streamed causal LM": unit
+            + w.variants * d * inner * 8.0
+            + d * inner * 4.0
+            + 2 * w.tokens * d * 4.0
+            + 2 * w.n_prompts * s.vocab_size * 4.0,
+        },
     }
     if rule not in phases:
         raise ValueError(f"no memory model for rule {rule!r}; rules: {', '.join(RULES)}")
-    return max(phases[rule])
+    return phases[rule]
+
+
+def mem_bytes(rule: str, s: ModelSize, w: Workload) -> float:
+    """The arrays the job of ``rule`` holds at its peak (the largest of its phases)."""
+    return max(phase_bytes(rule, s, w).values())
 
 
 def work_seconds(rule: str, s: ModelSize, w: Workload, threads: int) -> float:
@@ -180,7 +276,7 @@ def work_seconds(rule: str, s: ModelSize, w: Workload, threads: int) -> float:
     cores = max(int(threads), 1)
     eig = 25.0 * d**3 / (RATES["eig"] * cores)
     forward = 2.0 * s.n_params * w.tokens / (RATES["forward32"] * cores)
-    io = 4.0 * s.n_params / RATES["io"]
+    io = s.stored_bytes * s.n_params / RATES["io"]
     # one simplified layer: Q, K, V, O products of every token (4 x 2 d^2 flops each)
     layer = 8.0 * d * d * w.tokens / (RATES["gemm64"] * cores)
     # the alignment metrics: every state against 2 + null_draws directions, two correlations

@@ -486,15 +486,19 @@ def make_random_model(
 
     ``config_source`` is a model folder (its tokenizer files are copied too), a
     config.json path, or a config dict with ``model_type``. Weights come from
-    transformers' own initialisation under ``torch.manual_seed(seed)`` in float32, so the
-    baseline has the family's initial scale; causal LMs are saved with their LM head
-    (:func:`_random_model_class`). Saved as safetensors into a temporary folder (marked
+    transformers' own initialisation of the family under ``torch.manual_seed(seed)``,
+    drawn and written one layer at a time in the dtype the configuration publishes
+    (:func:`specalign.transformers.twin.write_random_weights`: peak memory one layer in
+    float32, not the model), so the baseline has the family's initial scale; causal LMs
+    are saved with their LM head (:func:`_random_model_class`). Saved as safetensors
+    (sharded with an index beyond 5 GB) into a temporary folder (marked
     as the workflow's, :data:`OWNER_MARKER`) that is renamed to ``out_dir`` once
     complete. An ``out_dir`` that the workflow did not create is never replaced; partial
     folders left by a killed writer are removed first. Returns ``out_dir``.
     """
-    import torch
     from transformers import AutoConfig
+
+    from specalign.transformers.twin import write_random_weights
 
     out_dir = Path(out_dir)
     _refuse_foreign(out_dir)  # before minutes of work, not after
@@ -512,21 +516,23 @@ def make_random_model(
             raise ModelSourceError(f"{source_dir}: no config.json to copy the configuration from")
         config = AutoConfig.from_pretrained(str(source_dir), local_files_only=True)
 
-    torch.manual_seed(seed)
-    model = _random_model_class(config.model_type).from_config(config, dtype=torch.float32)
+    model_class = _random_model_class(config.model_type)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
     try:
         _mark_owned(tmp, "random-weight model")
-        model.save_pretrained(str(tmp))
+        written = write_random_weights(model_class, config, tmp, seed)
         if source_dir is not None:
             for pattern in TOKENIZER_PATTERNS:
                 for file in source_dir.glob(pattern):
                     if file.is_file():
                         shutil.copy2(file, tmp / file.name)
         (tmp / "random_model.json").write_text(
-            json.dumps({"seed": int(seed), "config_source": str(source_dir or "dict")}, indent=2)
+            json.dumps(
+                {"seed": int(seed), "config_source": str(source_dir or "dict"), **written},
+                indent=2,
+            )
             + "\n"
         )
         _replace_dir(tmp, out_dir)

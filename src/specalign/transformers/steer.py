@@ -36,7 +36,7 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
-from specalign.transformers import contracts, propagate, spectra
+from specalign.transformers import contracts, propagate, spectra, streaming
 from specalign.transformers.families import family
 from specalign.transformers.propagate import Corr
 from specalign.transformers.variables import STEERING, describe
@@ -269,6 +269,11 @@ def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
     return model.get_submodule(path), adapter.out_projection_transposed
 
 
+def _out_projection_path(model: Any, layer: int) -> str:
+    adapter = family(getattr(model.config, "model_type", None))
+    return str(adapter.out_projection).format(layer=layer % int(model.config.num_hidden_layers))
+
+
 def _decoder_layers(model: Any) -> Any:
     """The causal LM's list of layers, from the adapter's output-projection path
     (``transformer.h.{layer}.attn.c_proj`` -> ``transformer.h``)."""
@@ -302,9 +307,9 @@ def next_token_probs(
     variant; the model is left as it was.
 
     Only the changed layer and those after it run again for a variant: the outputs of the
-    earlier layers are recorded in the unchanged run and replayed (their ``forward`` is
-    replaced by the recorded output while the variants run), since they cannot depend on
-    a later layer's weights. At GPT-Neo 2.7B a variant then costs one layer and the LM
+    earlier layers are replayed (their ``forward`` is replaced by the output the last of
+    them gave in the unchanged run, the input of the changed layer), since they cannot
+    depend on a later layer's weights. At GPT-Neo 2.7B a variant then costs one layer and the LM
     head instead of 32 layers.
     """
     import torch
@@ -312,7 +317,8 @@ def next_token_probs(
     ids = np.asarray(input_ids)
     if ids.ndim == 1:
         ids = ids[None]
-    device = str(next(model.parameters()).device)
+    stream = streaming.stream_of(model)
+    device = str(streaming.model_device(model))
     module, transposed = _out_projection(model, layer)
     n_layers = int(model.config.num_hidden_layers)
     changed = layer % n_layers
@@ -328,40 +334,58 @@ def next_token_probs(
             )
         stored.append(st)
     t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
+    # only the last position's logits are read: the head (V x d per token, the largest
+    # product of a Llama-3 pass) runs on that position alone where the LM allows it
+    last_only = {"logits_to_keep": 1} if streaming.accepts_logits_to_keep(model) else {}
 
     def prob() -> np.ndarray:
         with torch.no_grad():
             logits = model(
-                input_ids=t_ids, attention_mask=torch.ones_like(t_ids), use_cache=False
+                input_ids=t_ids,
+                attention_mask=torch.ones_like(t_ids),
+                use_cache=False,
+                **last_only,
             ).logits
         p = torch.softmax(logits[:, -1, :].to(torch.float64), dim=-1)[:, int(target_id)]
         return p.cpu().numpy()
 
     layers = _decoder_layers(model)
+    # only the output of the layer before the changed one reaches it: the earlier
+    # replayed layers feed replayed layers, which ignore their input, so they return
+    # the same record (one layer's states held, not L - 1)
     recorded: dict[int, Any] = {}
     hooks = [
-        layers[i].register_forward_hook(
-            lambda _m, _a, out, i=i: recorded.__setitem__(i, _clone_output(out))
+        layers[changed - 1].register_forward_hook(
+            lambda _m, _a, out: recorded.__setitem__(changed - 1, _clone_output(out))
         )
-        for i in range(changed)
-    ]
+    ] if changed else []  # fmt: skip
     try:
         before = prob()
     finally:
         for h in hooks:
             h.remove()
-    original = module.weight.detach().clone()
+    # a streamed model reads the weight from the checkpoint when its layer runs: the
+    # variant replaces it there (an override), a loaded one in its storage
+    weight_name = f"{_out_projection_path(model, layer)}.weight"
+    original = None if stream is not None else module.weight.detach().clone()
     after = []
     try:
         for i in range(changed):
-            layers[i].forward = lambda *_a, i=i, **_k: recorded[i]
+            layers[i].forward = lambda *_a, **_k: recorded[changed - 1]
         for st in stored:
-            with torch.no_grad():
-                module.weight.copy_(torch.as_tensor(st, dtype=module.weight.dtype, device=device))
+            new = torch.as_tensor(st, dtype=module.weight.dtype, device=device)
+            if stream is not None:
+                stream.overrides[weight_name] = new
+            else:
+                with torch.no_grad():
+                    module.weight.copy_(new)
             after.append(prob())
     finally:
-        with torch.no_grad():
-            module.weight.copy_(original)
+        if stream is not None:
+            stream.overrides.pop(weight_name, None)
+        else:
+            with torch.no_grad():
+                module.weight.copy_(original)
         for i in range(changed):
             layers[i].__dict__.pop("forward", None)
     return before, after
@@ -414,10 +438,18 @@ def model_inputs(
     """The real model's embedding output for ``ids`` (n_prompts, n_tokens, d_model) and
     the input embedding of ``token_id`` as stored (embedding_size,), both float64, from
     one load of the model (freed on return)."""
-    model = propagate.load_base_model(model_dir, device)
-    # the residual stream as last state: OPT-350m's own last state has another width
-    X0 = propagate.model_hidden_states(model, ids, final_norm=False)[0]
-    e = model.get_input_embeddings().weight[int(token_id)].detach().to("cpu").double().numpy()
+    import torch
+
+    # streamed and stopped at the first layer: only the embeddings are read
+    model = streaming.streamed_model(model_dir, "base", device)
+    try:
+        t_ids = torch.as_tensor(np.asarray(ids), dtype=torch.long, device=device)
+        X0 = streaming.first_layer_input(model, t_ids).to("cpu", torch.float64).numpy()
+        # as the model computes with it (float32): the value the loaded model had
+        row = model.specalign_stream.embedding_row(int(token_id))
+        e = row.to(model.specalign_stream.dtype).to(torch.float64).numpy()
+    finally:
+        streaming.close_stream(model)
     del model
     gc.collect()
     return X0, e
@@ -560,8 +592,11 @@ def steering_dataset(
         if progress:
             progress("next-token probabilities through the causal LM")
         # loaded once, after the float64 weights are gone
-        lm = load_causal_lm(model_dir, device)
-        before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
+        lm = streaming.streamed_model(model_dir, "causal_lm", device)
+        try:
+            before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
+        finally:
+            streaming.close_stream(lm)
         out.p_before[...] = before
         out.p_after[...] = np.reshape(after, out.p_after.shape)
     ds = out.dataset(methods, cs, u)

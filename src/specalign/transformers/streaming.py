@@ -1,0 +1,452 @@
+"""The real model run from its checkpoint with one layer's weights resident at a time.
+
+The real-model passes of the study (propagation's ``real_model`` states, steering's
+embedding output and the causal LM's next-token probabilities) need the family's own
+forward (embeddings, FFNs, norms, rotary, masks), but not the whole model in memory:
+Llama-3-70B is 141 GB in bf16 and 282 GB in float32, one of its decoder layers 3.4 GB
+in float32. :func:`streamed_model` therefore builds the family's ``transformers`` model
+with its *parameters* on the meta device (no storage; buffers such as rotary tables are
+real, as the family computes them) and attaches a pre-forward hook to every *unit*
+(each decoder layer, and each module outside the layers that owns parameters:
+embeddings, final norm, LM head, projections). The hook reads the unit's tensors from
+the checkpoint in their stored dtype (bf16, fp16, fp32 as published: ``safe_open`` per
+tensor, or the memory-mapped ``pytorch_model*.bin``), casts them to the compute dtype
+(float32, or float64 where the study asks), moves them to the device, and frees the
+unit that was resident before: at most one unit's weights exist at any moment, and the
+model is a plain ``transformers`` model for everything else (hooks, hidden states,
+replayed layers).
+
+The decoder layers are found from the family adapter: its ``probe`` tensor name
+(``layers.0.self_attn.o_proj.weight``, ``encoder.layer.0.attention...``) names the
+layer list before its first numeric component, so no family's layout is listed here.
+Checkpoint names are the model's with the base-model prefix swapped for the one the
+checkpoint uses (found by the adapter's probe, as ``extract.find_prefix``), TF-port
+``gamma``/``beta`` names accepted, and tied weights (an LM head absent from the
+checkpoint) read from the tensor they are tied to.
+
+Why not accelerate's disk offload: its hooks (``AlignDevicesHook``) are the same
+mechanism, but it is not a dependency of the workflow, and its offload reads float32
+copies (or the checkpoint's dtype uncast), where this module casts one unit at a time
+from the stored dtype and releases the previous unit before loading the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import inspect
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from specalign.io import InputFileError
+from specalign.transformers.extract import CheckpointReader, find_prefix, read_config
+from specalign.transformers.families import FamilyAdapter, adapter_for
+
+#: Bytes per value of the dtypes a checkpoint may store (safetensors dtype names).
+DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2}
+
+
+class LayerTooLargeError(InputFileError):
+    """One unit of the model does not fit the memory limit even streamed."""
+
+
+class _TorchCheckpoint(CheckpointReader):
+    """The checkpoint's tensors as torch tensors in their stored dtype, one at a time."""
+
+    def tensor(self, key: str) -> Any:
+        file = self._where[key]
+        try:
+            if file.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                # opened per tensor: a handle kept open would keep every page read mapped
+                with safe_open(file, framework="pt") as handle:
+                    return handle.get_tensor(key).clone()
+            return self._handle(file)[key].clone()
+        except Exception as exc:
+            raise InputFileError(f"{file}: cannot read tensor {key!r} ({exc})") from exc
+
+    def row(self, key: str, index: int) -> Any:
+        """Row ``index`` of a 2-d tensor, without reading the rest from a safetensors file."""
+        file = self._where[key]
+        if file.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(file, framework="pt") as handle:
+                return handle.get_slice(key)[int(index) : int(index) + 1][0].clone()
+        return self._handle(file)[key][int(index)].clone()
+
+    def file_of(self, key: str) -> Path:
+        return self._where[key]
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Build modules with their parameters on the meta device and their buffers real
+    (rotary frequencies, position ids, embedding scales are computed by the family's own
+    constructors and are not in the checkpoint)."""
+    import torch
+
+    original = torch.nn.Module.register_parameter
+
+    def register(module: Any, name: str, param: Any) -> None:
+        original(module, name, param)
+        if param is not None and param.device.type != "meta":
+            module._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=False)
+
+    torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def layer_container(adapter: FamilyAdapter) -> str:
+    """The base-model-relative path of the family's list of decoder layers (ALBERT: of
+    its layer groups), from the adapter's probe tensor name: the components before its
+    first numeric one (``layers.0.self_attn.o_proj.weight`` -> ``layers``)."""
+    parts = adapter.probe.split(".")
+    first = next(i for i, p in enumerate(parts) if p.isdigit())
+    return ".".join(parts[:first])
+
+
+def _base_prefix(model: Any) -> str:
+    """The attribute holding the base model inside a head model ("" for a base model)."""
+    base = getattr(model, "base_model_prefix", "")
+    return base if base and hasattr(model, base) and model is not model.base_model else ""
+
+
+def layers_path(model: Any, adapter: FamilyAdapter) -> str:
+    """The module path of the decoder layers' list in ``model`` (base or head model)."""
+    container, base = layer_container(adapter), _base_prefix(model)
+    return f"{base}.{container}" if base else container
+
+
+def model_units(model: Any, adapter: FamilyAdapter) -> dict[str, list[str]]:
+    """Unit path -> the full names of its parameters, in the model's module order: each
+    decoder layer is one unit, and so is every other module owning parameters directly,
+    with everything below it (so that no unit is released while a module around it
+    still computes)."""
+    container = layers_path(model, adapter)
+    layer_paths = [f"{container}.{i}" for i in range(len(model.get_submodule(container)))]
+    units: dict[str, list[str]] = {}
+    covered: tuple[str, ...] = tuple(f"{p}." for p in layer_paths)
+    for path, module in model.named_modules():
+        owns = any(True for _ in module.named_parameters(recurse=False))
+        if path in layer_paths or (path and owns and not path.startswith(covered)):
+            units[path] = [f"{path}.{n}" for n, _ in module.named_parameters()]
+            if path not in layer_paths:
+                covered = (*covered, f"{path}.")
+    if any(True for _ in model.named_parameters(recurse=False)):
+        raise ValueError(f"{type(model).__name__} owns parameters at its root")
+    return units
+
+
+def _head_class(kind: str) -> Any:
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    return {"base": AutoModel, "causal_lm": AutoModelForCausalLM}[kind]
+
+
+class LayerStream:
+    """The hooks and checkpoint of a streamed model (``model.specalign_stream``)."""
+
+    def __init__(
+        self,
+        model: Any,
+        model_dir: Path,
+        adapter: FamilyAdapter,
+        device: str,
+        dtype: Any,
+    ) -> None:
+        self.model, self.model_dir, self.adapter = model, model_dir, adapter
+        self.device, self.dtype = device, dtype
+        self.ckpt = _TorchCheckpoint(model_dir)
+        keys = self.ckpt.keys
+        self._keys = set(keys)
+        self.ckpt_prefix = find_prefix(keys, adapter, model_dir)
+        self.base = _base_prefix(model)
+        #: parameter name -> names of every parameter tied to it (the same object)
+        by_id: dict[int, list[str]] = {}
+        for name, p in model.named_parameters(remove_duplicate=False):
+            by_id.setdefault(id(p), []).append(name)
+        self._tied = {n: names for names in by_id.values() for n in names}
+        self.units = model_units(model, adapter)
+        #: parameter name -> checkpoint key, every one resolved before any long work;
+        #: a module outside the layers that the checkpoint lacks entirely (the pooler of
+        #: a base model saved from a masked LM) is initialised as ``from_pretrained``
+        #: does, since nothing the study reads passes through it
+        self.initialised = [
+            path
+            for path, names in self.units.items()
+            if not self._is_layer(path) and not any(self._has(n) for n in names)
+        ]
+        self.keys = {
+            n: self._key(n)
+            for path, names in self.units.items()
+            if path not in self.initialised
+            for n in names
+        }
+        self.overrides: dict[str, Any] = {}
+        self.resident: str | None = None
+        self.loads = 0
+        self.bytes_read = 0
+        self._hooks = [
+            model.get_submodule(path).register_forward_pre_hook(
+                lambda m, a, path=path: self._enter(path, m)
+            )
+            for path in self.units
+        ]
+        self._hooks.append(model.register_forward_hook(lambda *a: self.release()))
+        for module in model.modules():  # buffers (rotary tables, ids) on the device
+            for name, buf in module._buffers.items():
+                if buf is not None:
+                    module._buffers[name] = buf.to(device)
+
+    # ------------------------------------------------------------------ the units
+    def _relative(self, name: str) -> str | None:
+        """The base-model-relative name, None for a head parameter outside the base."""
+        if not self.base:
+            return name
+        prefix = f"{self.base}."
+        return name[len(prefix) :] if name.startswith(prefix) else None
+
+    def _candidates(self, name: str) -> Iterator[str]:
+        rel = self._relative(name)
+        stems = [self.ckpt_prefix + rel] if rel is not None else [name]
+        if rel is not None and self.ckpt_prefix:
+            stems.append(rel)
+        for stem in stems:
+            yield stem
+            for new, old in ((".weight", ".gamma"), (".bias", ".beta")):
+                if stem.endswith(new):
+                    yield stem[: -len(new)] + old
+
+    def _is_layer(self, path: str) -> bool:
+        return path.rpartition(".")[2].isdigit()
+
+    def _has(self, name: str) -> bool:
+        tied = self._tied.get(name, [name])
+        return any(k in self._keys for t in tied for k in self._candidates(t))
+
+    def _key(self, name: str) -> str:
+        for tied in [name, *(n for n in self._tied.get(name, []) if n != name)]:
+            for key in self._candidates(tied):
+                if key in self._keys:
+                    return key
+        raise InputFileError(
+            f"{self.model_dir}: the checkpoint has no tensor for parameter {name!r} of the "
+            f"{self.adapter.model_type} model (looked for {next(self._candidates(name))!r}); "
+            "fix: a complete checkpoint of the model"
+        )
+
+    def unit_bytes(self, compute_bytes: int) -> dict[str, int]:
+        """Unit path -> its resident bytes once materialised in the compute dtype."""
+        return {
+            path: sum(math.prod(self.model.get_parameter(n).shape) * compute_bytes for n in names)
+            for path, names in self.units.items()
+        }
+
+    # ------------------------------------------------------------------ the hooks
+    def _enter(self, path: str, module: Any) -> None:
+        if "forward" in module.__dict__:
+            return  # a replayed layer (steering): its output is recorded, not computed
+        if self.resident == path:
+            return  # ALBERT calls its one layer group for every layer
+        self.release()
+        self._materialise(path)
+        self.resident = path
+
+    def _materialise(self, path: str) -> None:
+        import torch
+
+        if path in self.initialised:
+            module = self.model.get_submodule(path)
+            module.to_empty(device=self.device)
+            module.apply(self.model._init_weights)
+            self.loads += 1
+            return
+        for name in self.units[path]:
+            owner_path, _, leaf = name.rpartition(".")
+            owner = self.model.get_submodule(owner_path)
+            want = tuple(owner._parameters[leaf].shape)
+            t = self.overrides.get(name)
+            if t is None:
+                key = self.keys[name]
+                t = self.ckpt.tensor(key)
+                self.bytes_read += t.numel() * t.element_size()
+                if tuple(t.shape) != want:
+                    raise InputFileError(
+                        f"{self.ckpt.file_of(key)}: tensor {key!r} has shape {tuple(t.shape)}, "
+                        f"the model's {name} {want}"
+                    )
+            owner._parameters[leaf] = torch.nn.Parameter(
+                t.to(device=self.device, dtype=self.dtype), requires_grad=False
+            )
+        self.loads += 1
+
+    def release(self) -> None:
+        """Free the resident unit (its parameters back to meta)."""
+        import torch
+
+        if self.resident is None:
+            return
+        for name in self.units[self.resident]:
+            owner_path, _, leaf = name.rpartition(".")
+            owner = self.model.get_submodule(owner_path)
+            p = owner._parameters[leaf]
+            owner._parameters[leaf] = torch.nn.Parameter(
+                torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=False
+            )
+        self.resident = None
+        gc.collect()
+
+    def parameter_path(self, path: str) -> str:
+        """The full parameter name of a module path's weight (``{path}.weight``)."""
+        return f"{path}.weight"
+
+    def embedding_row(self, token_id: int) -> Any:
+        """The stored input embedding of ``token_id`` (one row read from the checkpoint)."""
+        emb = self.model.get_input_embeddings()
+        name = next(n for n, m in self.model.named_modules() if m is emb) + ".weight"
+        return self.ckpt.row(self.keys[name], token_id)
+
+    def close(self) -> None:
+        self.release()
+        for h in self._hooks:
+            h.remove()
+        self.ckpt.close()
+
+
+def memory_limit_bytes() -> int | None:
+    """The memory this process may use: the cgroup's limit, else the machine's memory,
+    else the ``SPECALIGN_MEM_LIMIT_MB`` environment variable when set (the smallest)."""
+    limits = []
+    env = os.environ.get("SPECALIGN_MEM_LIMIT_MB")
+    if env:
+        limits.append(int(float(env) * 1e6))
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            value = Path(path).read_text().strip()
+            if value != "max" and int(value) < 2**60:
+                limits.append(int(value))
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                limits.append(int(line.split()[1]) * 1024)
+    return min(limits) if limits else None
+
+
+def check_units_fit(stream: LayerStream, compute_bytes: int, limit: int | None, where: str) -> None:
+    """Refuse a model one of whose units (a decoder layer, the embeddings, the LM head)
+    would not fit ``limit`` even alone, naming the unit's size and the limit."""
+    if limit is None:
+        return
+    sizes = stream.unit_bytes(compute_bytes)
+    path = max(sizes, key=sizes.__getitem__)
+    if sizes[path] > limit:
+        raise LayerTooLargeError(
+            f"{where}: its largest unit {path!r} needs {sizes[path] / 2**30:.1f} GiB in "
+            f"{compute_bytes * 8}-bit floats streamed one at a time, over the memory limit "
+            f"of {limit / 2**30:.1f} GiB; fix: a machine or job with more memory"
+        )
+
+
+def streamed_model(
+    model_dir: str | os.PathLike[str],
+    kind: str = "base",
+    device: str = "cpu",
+    dtype: Any = None,
+    mem_limit: int | None = None,
+) -> Any:
+    """The family's ``transformers`` model of a local folder, streamed (module doc):
+    ``kind`` "base" (``AutoModel``) or "causal_lm" (``AutoModelForCausalLM``), eager
+    attention, eval mode, computing in ``dtype`` (float32 by default) on ``device``.
+
+    Every parameter's checkpoint tensor is located before it returns (a missing one is
+    an InputFileError naming it), and a model with a unit larger than ``mem_limit``
+    (default :func:`memory_limit_bytes`) is refused before any weight is read. The
+    stream is ``model.specalign_stream``; ``close_stream(model)`` removes the hooks.
+    """
+    import torch
+    from transformers import AutoConfig
+
+    model_dir = Path(model_dir)
+    dtype = dtype or torch.float32
+    config = read_config(model_dir)
+    adapter = adapter_for(config)
+    hf = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    with parameters_on_meta():
+        model = _head_class(kind).from_config(hf, attn_implementation="eager", dtype=dtype)
+    model.eval()
+    stream = LayerStream(model, model_dir, adapter, device, dtype)
+    limit = memory_limit_bytes() if mem_limit is None else mem_limit
+    check_units_fit(stream, torch.empty((), dtype=dtype).element_size(), limit, str(model_dir))
+    model.specalign_stream = stream
+    return model
+
+
+def stream_of(model: Any) -> LayerStream | None:
+    """The stream of a model from :func:`streamed_model`, None for a loaded model."""
+    return getattr(model, "specalign_stream", None)
+
+
+def model_device(model: Any) -> Any:
+    """Where a model computes: the stream's device, else its first parameter's."""
+    stream = stream_of(model)
+    if stream is not None:
+        import torch
+
+        return torch.device(stream.device)
+    return next(model.parameters()).device
+
+
+def close_stream(model: Any) -> None:
+    stream = stream_of(model)
+    if stream is not None:
+        stream.close()
+
+
+class _StopForward(Exception):
+    """Raised by the first layer's hook once its input is recorded."""
+
+
+def first_layer_input(model: Any, input_ids: Any) -> Any:
+    """The input of the first decoder layer (the embedding output, after ALBERT's
+    projection, Gemma's scale, OPT-350m's ``project_in``) for ``input_ids``, from a
+    forward stopped there: one unit (the embeddings) is read, not the model."""
+    import torch
+
+    stream = stream_of(model)
+    adapter = stream.adapter if stream else _adapter_of(model)
+    first = model.get_submodule(layers_path(model, adapter))[0]
+    seen: list[Any] = []
+
+    def hook(_m: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
+        x = args[0] if args else kwargs.get("hidden_states")
+        seen.append(x.detach())
+        raise _StopForward
+
+    handle = first.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.no_grad(), contextlib.suppress(_StopForward):
+            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    finally:
+        handle.remove()
+        if stream is not None:
+            stream.release()
+    if not seen:
+        raise RuntimeError(f"{type(model).__name__} never called its first layer")
+    return seen[0]
+
+
+def _adapter_of(model: Any) -> FamilyAdapter:
+    return adapter_for(model.config.to_dict())
+
+
+def accepts_logits_to_keep(model: Any) -> bool:
+    """Whether the causal LM's forward can compute the logits of the last position only."""
+    return "logits_to_keep" in inspect.signature(model.forward).parameters

@@ -1,0 +1,267 @@
+"""The real model streamed from its checkpoint one unit at a time (``streaming.py``).
+
+Against the whole model loaded by ``from_pretrained`` in the same compute dtype
+(float32, the production path): the hidden states of every state, the embedding output,
+the next-token probabilities with and without a replaced output projection, for
+decoders with grouped-query attention (Llama, Mistral, Qwen2, Phi-3's fused QKV), an
+encoder (BERT), the shared-weight ALBERT, OPT-350m's projected layout and a bf16,
+sharded and a pickled checkpoint. And: at most one unit's weights exist at any time, a
+checkpoint lacking a layer's tensor is refused before any forward, and a model whose
+largest unit exceeds the memory limit is refused naming the sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tiny_models
+import torch
+from tiny_models import CONFIGS
+
+from specalign.io import InputFileError
+from specalign.transformers import propagate as prop
+from specalign.transformers import steer as st
+from specalign.transformers import streaming
+
+torch.set_num_threads(1)
+
+STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln"]
+
+
+def _folder(tmp: Path, case: str, **save: Any) -> Path:
+    folder = tmp / case
+    if not folder.exists():
+        model = tiny_models.build(case).to(torch.float32)
+        model.save_pretrained(str(folder), **save)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tmp_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stream")
+
+
+def _ids(case: str, n_prompts: int = 2, n_tokens: int = 7) -> np.ndarray:
+    vocab = int(CONFIGS[case]["vocab_size"]) if "vocab_size" in CONFIGS[case] else 96
+    return prop.random_prompts(vocab, n_prompts, n_tokens, seed=3)
+
+
+@pytest.mark.parametrize("case", STREAM_CASES)
+def test_streamed_states_equal_the_whole_model(tmp_models: Path, case: str) -> None:
+    folder = _folder(tmp_models, case)
+    ids = _ids(case)
+    whole = prop.real_forward_hidden_states(folder, ids, stream=False)
+    streamed = prop.real_forward_hidden_states(folder, ids)
+    assert streamed.dtype == np.float32 and streamed.shape == whole.shape
+    # the same modules on the same float32 weights: the same operations, the same bits
+    np.testing.assert_array_equal(streamed, whole, err_msg=case)
+    X0, e = st.model_inputs(folder, ids, 5)
+    np.testing.assert_array_equal(X0, whole[0].astype(np.float64))
+    base = prop.load_base_model(folder)
+    E = base.get_input_embeddings().weight.detach().double().numpy()
+    np.testing.assert_array_equal(e, E[5])
+
+
+def test_one_unit_resident_at_a_time(tmp_models: Path) -> None:
+    folder = _folder(tmp_models, "llama")
+    model = streaming.streamed_model(folder, "base")
+    stream = model.specalign_stream
+    peaks: list[int] = []
+
+    def count(*_a: Any) -> None:
+        peaks.append(sum(p.numel() for p in model.parameters() if p.device.type != "meta"))
+
+    hooks = [model.get_submodule(u).register_forward_hook(count) for u in stream.units]
+    try:
+        prop.model_hidden_states(model, _ids("llama"))
+    finally:
+        for h in hooks:
+            h.remove()
+    sizes = stream.unit_bytes(1)
+    assert len(peaks) == len(stream.units) and max(peaks) == max(sizes.values())
+    # every layer is a unit of its own, found from the adapter's probe name
+    assert [u for u in stream.units if u.startswith("layers.")] == ["layers.0", "layers.1"]
+    assert all(p.device.type == "meta" for p in model.parameters())  # freed at the end
+    assert stream.bytes_read == sum(sizes.values()) * 4  # float32 checkpoint, read once
+    streaming.close_stream(model)
+
+
+def test_next_token_probabilities_streamed(tmp_models: Path) -> None:
+    for case in ("llama", "phi3", "gpt2"):
+        folder = _folder(tmp_models, case)
+        ids = _ids(case)
+        lm = st.load_causal_lm(folder)
+        module, transposed = st._out_projection(lm, -1)
+        W = module.weight.detach().double().numpy()
+        W = W.T if transposed else W
+        variants = [W, 0.5 * W, np.zeros_like(W)]
+        before, after = st.next_token_probs(lm, ids, 3, variants)
+        slm = streaming.streamed_model(folder, "causal_lm")
+        loads = []
+        s_before, s_after = st.next_token_probs(slm, ids, 3, variants)
+        loads.append(slm.specalign_stream.loads)
+        streaming.close_stream(slm)
+        np.testing.assert_allclose(s_before, before, rtol=1e-5, atol=0)
+        for a, b in zip(s_after, after, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=0)
+        np.testing.assert_allclose(s_after[0], s_before, rtol=1e-6)  # W_O as it is
+        # the variants replay the unchanged layers: only the last layer, the final norm
+        # and the head (and the cheap embeddings) are read again
+        units = len(slm.specalign_stream.units)
+        n_layers = int(lm.config.num_hidden_layers)
+        assert loads[0] == units + len(variants) * (units - (n_layers - 1)), case
+
+
+def test_bf16_sharded_and_pickled_checkpoints(tmp_models: Path) -> None:
+    ids = _ids("mistral")
+    model = tiny_models.build("mistral").to(torch.bfloat16)
+    sharded = tmp_models / "mistral_bf16"
+    model.save_pretrained(str(sharded), max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").exists()
+    whole = prop.real_forward_hidden_states(sharded, ids, stream=False)
+    streamed = prop.real_forward_hidden_states(sharded, ids)
+    scale = np.abs(whole).max(axis=(1, 2, 3), keepdims=True)
+    assert (np.abs(streamed - whole) <= 1e-6 * scale).all()
+    pickled = tiny_models.save_tiny_pickled("qwen2", tmp_models / "qwen2_bin", seed=0)
+    ids = _ids("qwen2")
+    whole = prop.real_forward_hidden_states(pickled, ids, stream=False)
+    streamed = prop.real_forward_hidden_states(pickled, ids)
+    scale = np.abs(whole).max(axis=(1, 2, 3), keepdims=True)
+    assert (np.abs(streamed - whole) <= 1e-6 * scale).all()
+
+
+def test_missing_layer_tensor_refused_before_any_forward(tmp_models: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    src = _folder(tmp_models, "llama")
+    broken = tmp_models / "llama_broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((src / "config.json").read_text())
+    tensors = load_file(str(src / "model.safetensors"))
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputFileError, match=r"layers\.1\.mlp\.up_proj\.weight"):
+        streaming.streamed_model(broken, "base")
+
+
+def test_a_layer_over_the_memory_limit_is_refused(tmp_models: Path) -> None:
+    folder = _folder(tmp_models, "llama")
+    config = json.loads((folder / "config.json").read_text())
+    d, f = config["hidden_size"], config["intermediate_size"]
+    kv = config["num_key_value_heads"] * d // config["num_attention_heads"]
+    layer = 4 * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d)  # float32 bytes of one layer
+    embed = 4 * config["vocab_size"] * d
+    assert layer > embed  # the largest unit is a layer
+    with pytest.raises(streaming.LayerTooLargeError, match=r"'layers\.0'.*GiB.*limit"):
+        streaming.streamed_model(folder, "base", mem_limit=layer - 1)
+    streaming.close_stream(streaming.streamed_model(folder, "base", mem_limit=layer))
+
+
+# --------------------------------------------------------------------------- the twin
+
+
+def _reference(case: str, seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
+    import transformers
+
+    from specalign.transformers.sources import _random_model_class
+
+    cfg = dict(CONFIGS[case])
+    model_type = cfg.pop("model_type")
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    torch.manual_seed(seed)
+    model = _random_model_class(model_type).from_config(config, dtype=torch.float32)
+    return config, model.state_dict()
+
+
+def _written(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(file)))
+    return out
+
+
+@pytest.mark.parametrize("case", ["bert", "albert", "distilbert", "llama", "gpt2", "phi3", "opt"])
+def test_twin_has_the_family_initialisation(tmp_path: Path, case: str) -> None:
+    """Written unit by unit: the encoders' tensors are from_config's bit for bit; every
+    family's tensors have from_config's mean and standard deviation (within sampling
+    error), deterministic ones (norm gains, zero biases) exactly; tied heads left out."""
+    from specalign.transformers.sources import _random_model_class
+    from specalign.transformers.twin import write_random_weights
+
+    config, ref = _reference(case, seed=0)
+    model_class = _random_model_class(CONFIGS[case]["model_type"])
+    info = write_random_weights(model_class, config, tmp_path, seed=0, shard_bytes=30_000)
+    got = _written(tmp_path)
+    tied = getattr(config, "tie_word_embeddings", False)
+    saved_keys = {k for k in ref if not (tied and k == "lm_head.weight")}
+    assert set(got) == saved_keys - {k for k in saved_keys if k.endswith(".position_ids")}
+    if case in ("bert", "albert", "distilbert"):
+        for k in got:
+            torch.testing.assert_close(got[k], ref[k], rtol=0, atol=0, msg=k)
+    for k, t in got.items():
+        r = ref[k]
+        if r.std() == 0 or r.numel() < 2:
+            torch.testing.assert_close(t, r, rtol=0, atol=0, msg=k)
+            continue
+        n, sigma = r.numel(), float(r.std())
+        assert abs(float(t.mean()) - float(r.mean())) < 6 * sigma / n**0.5, k
+        assert abs(float(t.std()) / sigma - 1) < 6 / (2 * n) ** 0.5 + 0.02, k
+    assert len(info["files"]) > 1 and (tmp_path / "model.safetensors.index.json").exists()
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(got)
+    # transformers reads it back as the model it is
+    loaded = model_class.from_pretrained(str(tmp_path))
+    for k, t in loaded.state_dict().items():
+        if k in got:
+            torch.testing.assert_close(t, got[k], rtol=0, atol=0)
+
+
+def test_twin_saved_in_the_published_dtype(tmp_path: Path) -> None:
+    """A bf16 configuration gives a bf16 twin, one file when it fits a shard; the real
+    passes stream it."""
+    from specalign.transformers.sources import make_random_model
+
+    cfg = {**CONFIGS["mistral"], "dtype": "bfloat16"}
+    folder = make_random_model(cfg, tmp_path / "twin", seed=1)
+    got = _written(folder)
+    assert {t.dtype for t in got.values()} == {torch.bfloat16}
+    assert [p.name for p in folder.glob("*.safetensors")] == ["model.safetensors"]
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    states = prop.real_forward_hidden_states(folder, _ids("mistral"))
+    assert np.isfinite(states).all()
+
+
+# --------------------------------------------------------------------------- CUDA
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("case", ["bert", "llama", "phi3"])
+def test_streamed_passes_on_cuda_agree_with_cpu(tmp_models: Path, case: str) -> None:
+    """The streamed passes with every unit moved to the GPU as it runs: the states, the
+    embedding output and the next-token probabilities agree with the CPU's to float32
+    round-off."""
+    folder = _folder(tmp_models, case)
+    ids = _ids(case)
+    cpu = prop.real_forward_hidden_states(folder, ids)
+    gpu = prop.real_forward_hidden_states(folder, ids, device="cuda")
+    scale = np.abs(cpu).max(axis=(1, 2, 3), keepdims=True)
+    assert (np.abs(gpu - cpu) <= 1e-5 * scale).all()
+    X0, e = st.model_inputs(folder, ids, 5, device="cuda")
+    np.testing.assert_allclose(X0, cpu[0], rtol=0, atol=1e-6 * float(scale[0]))
+    if tiny_models.family(CONFIGS[case]["model_type"]).causal_lm:
+        W = np.zeros((X0.shape[-1], X0.shape[-1]))
+        probs = []
+        for device in ("cpu", "cuda"):
+            lm = streaming.streamed_model(folder, "causal_lm", device)
+            probs.append(st.next_token_probs(lm, ids, 3, [W]))
+            streaming.close_stream(lm)
+        np.testing.assert_allclose(probs[1][0], probs[0][0], rtol=1e-4)
+        np.testing.assert_allclose(probs[1][1][0], probs[0][1][0], rtol=1e-4)

@@ -1,0 +1,115 @@
+"""`snakemake --report` of a tiny run (issue 17): the tables and the reproduction text
+are shown in the page (HTML, not download links), every figure's caption carries the
+caption its job wrote, and the introduction describes the configuration that ran."""
+
+import base64
+import html
+import json
+import re
+
+import pytest
+import yaml
+from snakemake_helpers import run_snakemake
+
+pytestmark = pytest.mark.pipeline
+
+
+@pytest.fixture(scope="module")
+def report(repo, tmp_path_factory):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    work = tmp_path_factory.mktemp("report")
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+    GPT2LMHeadModel(cfg).save_pretrained(work / "tiny_gpt2")
+    config = {
+        "threads": 1,
+        "commutators": {
+            "training": {"lr": 0.05, "iterations": 200, "risk_levels": [0.1], "times": [5]},
+            "experiments": {
+                "tiny_synthetic": {
+                    "kind": "synthetic",
+                    "hidden": 2,
+                    "width": 8,
+                    "seeds": 2,
+                    "n_train": 20,
+                    "n_diag": 16,
+                },
+            },
+        },  # fmt: skip
+        "transformers": {
+            "models": {
+                "tiny_gpt2": {"source": "local", "path": str(work / "tiny_gpt2")},
+                "tiny_gpt2_random": {"source": "random", "like": "tiny_gpt2", "seed": 1},
+            },
+            "prompts": {"kind": "random", "n_prompts": 2, "n_tokens": 4, "seed": 0},
+            "propagation": {"prolonged_layers": 4, "null_draws": 2},
+            "steering": {"target_id": 37, "c": [2.0], "methods": ["min_norm"]},
+            "sphere": {"steps": 20},
+        },
+        "plots": {"formats": ["png"], "dpi": 30},
+    }
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    run_snakemake(repo, work, timeout=1800)
+    run_snakemake(repo, work, "--report", str(work / "report.html"), timeout=600)
+    return work, (work / "report.html").read_text()
+
+
+def _results(page: str) -> dict[str, dict]:
+    """The report's result entries (path -> its JSON record: caption, mime, data)."""
+    found = {}
+    for m in re.finditer(r'"(results/[^"]+)": (\{"name": .*?"data_uri": "[^"]*"\})', page):
+        found[m.group(1)] = json.loads(m.group(2))
+    return found
+
+
+def _decoded(entry: dict) -> str:
+    return base64.b64decode(entry["data_uri"].split("base64,", 1)[1]).decode()
+
+
+def test_tables_and_reproduction_are_pages_not_downloads(report):
+    work, page = report
+    results = _results(page)
+    assert results, "no results found in the report"
+    assert not [p for p in results if p.endswith((".csv", ".md"))]
+    repro = results["results/reproduction.html"]
+    assert repro["mime_type"] == "text/html"
+    body = _decoded(repro)
+    assert "<h1>Reproduction report</h1>" in body and "<table>" in body
+    md = (work / "results" / "reproduction.md").read_text()
+    assert md.splitlines()[2].split()[0] in body  # the same text
+    for table in ("commutators/table1", "transformers/tiny_gpt2/eigenvalues",
+                  "transformers/sphere"):  # fmt: skip
+        entry = results[f"results/tables/{table}.html"]
+        assert entry["mime_type"] == "text/html"
+        rows = (work / "results" / "tables" / f"{table}.csv").read_text().count("\n")
+        page_table = _decoded(entry)
+        assert page_table.count("<tr") == rows  # header + every row
+        assert ">None<" not in page_table and ">nan<" not in page_table
+
+
+def test_figure_captions_are_the_jobs_captions(report):
+    work, page = report
+    results = _results(page)
+    figures = [p for p in results if p.endswith(".png")]
+    assert len(figures) >= 20
+    for path in figures:
+        written = (work / path).with_suffix("").as_posix() + ".caption.rst"
+        text = open(written).read().replace("\\", "").split()
+        caption = html.unescape(re.sub(r"<[^>]+>", " ", results[path]["caption"])).split()
+        assert " ".join(text) in " ".join(caption), path
+    prolonged = results["results/figures/transformers/tiny_gpt2/prolonged.png"]["caption"]
+    assert "Final gamma" in prolonged and "Model <strong>tiny_gpt2</strong>" in prolonged
+    steering = results["results/figures/transformers/tiny_gpt2/steering.png"]["caption"]
+    assert "(id 37)" in steering
+
+
+def test_introduction_describes_this_configuration(report):
+    _, page = report
+    desc = re.search(r'var workflow_desc = ("(?:[^"\\]|\\.)*");', page).group(1)
+    intro = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", json.loads(desc))).split())
+    assert "tiny_synthetic" in intro and "tiny_gpt2_random" in intro
+    assert "Energy" not in intro and "Concrete" not in intro  # neither ran
+    assert "Figures 1, 3 and 4" in intro and "no chance level" in intro
+    assert "token id 37" in intro
