@@ -86,7 +86,22 @@ MODELS = sorted(config["transformers"]["models"])
 # random model -> the model its like: names; the null of a model is its random twin
 LIKE = random_likes(config)
 RANDOM_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "random"]
-FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS]
+# checkpoints of runs made here (transformers.series, source trained): train_model writes them
+TRAINED_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "trained"]
+FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS and m not in TRAINED_MODELS]
+SERIES = sorted(config["transformers"]["series"])
+TRAINED_SERIES = [s for s in SERIES if config["transformers"]["series"][s]["source"] == "trained"]
+# the points of every series, by series (derived from the config's model specs)
+SERIES_POINTS = {
+    s: sorted(
+        (m for m in MODELS if config["transformers"]["models"][m]["series"] == s),
+        key=lambda m: config["transformers"]["models"][m]["step"],
+    )
+    for s in SERIES
+}
+# the models of the per-claim sections (1)-(6) and the overview; series points are
+# summarised along their step in section (7)
+STUDY_MODELS = [m for m in MODELS if not config["transformers"]["models"][m]["series"]]
 GPU = config["resources"]["gpu"]
 GPU_MODEL = config["resources"]["gpu_model"]
 MEM_MB = config["resources"]["mem_mb"]
@@ -326,6 +341,43 @@ def random_twin_spectra(wildcards):
     return expand(rules.spectra.output[0], model=twin) if twin else []
 
 
+def training_settings(series):
+    """The settings a training run reads: the series' spec without the points analysed
+    (adding a point reruns that point and the cross-checkpoint outputs, not the run)."""
+    spec = config["transformers"]["series"][series]
+    return {k: v for k, v in spec.items() if k not in ("points", "id", "revisions")}
+
+
+def trained_point_inputs(wildcards):
+    series = config["transformers"]["models"][wildcards.model]["series"]
+    return {
+        "run": expand(rules.train_model.output.run, series=series),
+        "checkpoints": expand(rules.train_model.output.checkpoints, series=series),
+    }
+
+
+def series_inputs(wildcards):
+    """The per-point outputs of one series (and its run's record when trained here)."""
+    points = SERIES_POINTS[wildcards.series]
+    out = {
+        "spectra": expand(rules.spectra.output[0], model=points),
+        "propagation": expand(rules.propagate.output[0], model=points),
+        "steering": expand(rules.steer.output[0], model=points),
+    }
+    if wildcards.series in TRAINED_SERIES:
+        out["run"] = expand(rules.train_model.output.run, series=wildcards.series)
+    return out
+
+
+def series_targets():
+    if not SERIES:
+        return []
+    return expand(
+        [*rules.series_training.output],
+        series=SERIES,
+    )
+
+
 def random_twin_propagation(wildcards):
     """The propagation of the model's random-weight twin, drawn in its alignment panels."""
     twin = random_twin(wildcards.model)
@@ -340,14 +392,14 @@ def transformer_targets():
         *rules.spectra.output,
         *rules.propagate.output,
         *rules.steer.output,
-        *rules.transformer_model_figures.output,
         *rules.transformer_model_tables.output,
     ]
-    return (
-        expand(per_model, model=MODELS)
-        + list(rules.transformer_layers.output)
-        + list(rules.transformer_overview.output)
-    )
+    # a series point's figures would repeat, point by point, what the series figure
+    # shows against the step; they stay available as targets
+    figures = expand(rules.transformer_model_figures.output, model=STUDY_MODELS)
+    overview = list(rules.transformer_overview.output) if STUDY_MODELS else []
+    layers = list(rules.transformer_layers.output) if MODELS else []
+    return expand(per_model, model=MODELS) + figures + layers + overview + series_targets()
 
 
 def all_targets():

@@ -5,10 +5,11 @@ rule reproduction:
     input:
         diagnostics=diagnostics_files(),
         tables=rules.commutator_tables.output.csv if EXPERIMENTS else [],
-        spectra=expand(rules.spectra.output[0], model=MODELS),
-        propagation=expand(rules.propagate.output[0], model=MODELS),
-        steering=expand(rules.steer.output[0], model=MODELS),
-        sphere=rules.sphere_dynamics.output if MODELS else [],
+        spectra=expand(rules.spectra.output[0], model=STUDY_MODELS),
+        propagation=expand(rules.propagate.output[0], model=STUDY_MODELS),
+        steering=expand(rules.steer.output[0], model=STUDY_MODELS),
+        sphere=rules.sphere_dynamics.output if STUDY_MODELS else [],
+        series=expand(rules.series_training.output.data, series=SERIES),
     output:
         md=results_path("reproduction.md"),
         # the same text as a page, which the report shows in place
@@ -19,7 +20,8 @@ rule reproduction:
             labels={"document": "reproduction"},
         ),
     params:
-        models=MODELS,
+        models=STUDY_MODELS,
+        series=SERIES,
         like=canonical_json(LIKE),
     conda:
         CONDA_ENV

@@ -4,6 +4,7 @@
 
 localrules:
     fetch_model,
+    trained_checkpoint,
 
 
 rule fetch_model:
@@ -50,6 +51,48 @@ rule random_model:
         benchmark_path("transformers/{model}/random_model.tsv")
     script:
         "../scripts/transformers/random_model.py"
+
+
+rule train_model:
+    # A small transformer trained here, offline (transformers.series, source trained):
+    # checkpoints at step 0 and log-spaced steps in the save_pretrained layout, and the
+    # run's record (losses per step, held-out unigram entropy, divergence).
+    output:
+        run=results_path("transformers/series/{series}/run.nc"),
+        checkpoints=directory(f"{MODEL_CACHE}/{{series}}.checkpoints"),
+    wildcard_constraints:
+        series=name_regex(TRAINED_SERIES),
+    params:
+        run=lambda w: canonical_json(training_settings(w.series)),
+    threads: THREADS
+    resources:
+        **gpu_resources(),
+    conda:
+        CONDA_ENV
+    log:
+        log_path("transformers/series/{series}/train_model.log"),
+    benchmark:
+        benchmark_path("transformers/series/{series}/train_model.tsv")
+    script:
+        "../scripts/transformers/train_model.py"
+
+
+rule trained_checkpoint:
+    # A point of a trained series: its manifest names the checkpoint train_model wrote.
+    input:
+        unpack(trained_point_inputs),
+    output:
+        f"{MODEL_CACHE}/{{model}}/manifest.json",
+    wildcard_constraints:
+        model=name_regex(TRAINED_MODELS),
+    params:
+        spec=lambda w: canonical_json(config["transformers"]["models"][w.model]),
+    conda:
+        CONDA_ENV
+    log:
+        log_path("transformers/{model}/trained_checkpoint.log"),
+    script:
+        "../scripts/transformers/trained_checkpoint.py"
 
 
 rule extract_weights:
@@ -256,7 +299,7 @@ rule transformer_layers:
 rule transformer_overview:
     # Cross-model figures (paper Figs 7 and our reading of 9) and the sphere (13, 14).
     input:
-        spectra=expand(results_path("transformers/{model}/spectra.nc"), model=MODELS),
+        spectra=expand(results_path("transformers/{model}/spectra.nc"), model=STUDY_MODELS),
         sphere=results_path("transformers/sphere/sphere.nc"),
     output:
         figures=reported(
@@ -284,7 +327,7 @@ rule transformer_overview:
         ),
     params:
         plots=canonical_json(config["plots"]),
-        models=MODELS,
+        models=STUDY_MODELS,
         like=canonical_json(LIKE),
     conda:
         CONDA_ENV
@@ -292,3 +335,46 @@ rule transformer_overview:
         log_path("transformers/overview.log"),
     script:
         "../scripts/transformers/transformer_overview.py"
+
+
+rule series_training:
+    # One series' points side by side along the step: results/transformers/series/
+    # {series}/training.nc, its table and its figure (metric against log step).
+    input:
+        unpack(series_inputs),
+    output:
+        data=results_path("transformers/series/{series}/training.nc"),
+        tables=reported(
+            expand(
+                results_path("tables/transformers/series/{{series}}/training.{ext}"),
+                ext=["csv", "md"],
+            ),
+            caption="../report/transformers/table_training.rst",
+            category="Transformer study",
+            subcategory="Over training",
+            labels={"series": "{series}", "table": "training"},
+        ),
+        figures=reported(
+            expand(
+                results_path("figures/transformers/series/{{series}}/training.{fmt}"),
+                fmt=config["plots"]["formats"],
+            ),
+            caption="../report/transformers/training.rst",
+            category="Transformer study",
+            subcategory="Over training",
+            labels={"series": "{series}", "figure": "training"},
+        ),
+    wildcard_constraints:
+        series=name_regex(SERIES),
+    params:
+        steps=lambda w: [
+            config["transformers"]["models"][m]["step"] for m in SERIES_POINTS[w.series]
+        ],
+        source=lambda w: config["transformers"]["series"][w.series]["source"],
+        plots=canonical_json(config["plots"]),
+    conda:
+        CONDA_ENV
+    log:
+        log_path("transformers/series/{series}/series_training.log"),
+    script:
+        "../scripts/transformers/series_training.py"

@@ -35,6 +35,14 @@ def main(smk):
                 like=param_json(smk, "like"),
             )
         )
+    if smk.params.series:
+        from specalign.transformers import series
+
+        datasets = {
+            name: io.read_netcdf(path)
+            for name, path in zip(smk.params.series, smk.input.series, strict=True)
+        }
+        parts.append("\n".join(series.training_section(datasets)))
     text = "\n\n".join(p.rstrip() for p in parts) + "\n"
     io.write_text(smk.output.md, text)
     io.write_text(smk.output.html, markdown_html(text, "Reproduction report"))

@@ -191,8 +191,149 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     _fill_defaults(cfg, schema, schema)
     for name, ov in overrides.items():
         cfg["commutators"]["experiments"][name]["training"] = ov
+    series_problems = _add_series_models(cfg, schema)
+    if series_problems:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(series_problems))
     _check_cross_keys(cfg)
     return cfg
+
+
+def series_steps(spec: Mapping[str, Any]) -> list[int]:
+    """The steps of a checkpoint series (``transformers.series.<name>``): the N of its
+    hub revisions ``step{N}``, or a trained run's ``points`` (all saved steps if null)."""
+    if spec["source"] == "hub":
+        return sorted(int(r[len("step"):]) for r in spec["revisions"])
+    from specalign.transformers.training import checkpoint_steps
+
+    saved = checkpoint_steps(spec["steps"])
+    return sorted(saved if spec.get("points") is None else spec["points"])
+
+
+def series_point_name(series: str, step: int) -> str:
+    """The model name of the point of ``series`` at ``step``."""
+    return f"{series}_step{int(step)}"
+
+
+def series_models(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{model name: model spec}`` of every point of every configured series, derived
+    from ``transformers.series`` (hub points fetch revision step{N}; trained points are
+    the checkpoints the rule train_model writes)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in sorted(cfg.get("transformers", {}).get("series", {}).items()):
+        for step in series_steps(spec):
+            model: dict[str, Any] = {"source": spec["source"], "series": name, "step": step}
+            if spec["source"] == "hub":
+                model.update(id=spec["id"], revision=f"step{step}")
+            out[series_point_name(name, step)] = model
+    return out
+
+
+def _add_series_models(cfg: dict[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """Check ``transformers.series`` and add its points to ``transformers.models``
+    (default-filled like hand-written models). Idempotent: a validated config validates
+    to itself."""
+    tcfg = cfg.get("transformers", {})
+    problems = _series_problems(tcfg)
+    if problems:
+        return problems
+    models = tcfg.setdefault("models", {})
+    model_schema = schema["$defs"]["model"]
+    for name, spec in series_models(cfg).items():
+        _fill_defaults(spec, model_schema, schema)
+        old = models.get(name)
+        if old is not None and old != spec:
+            problems.append(
+                f"transformers.models.{name}: the name of point step{spec['step']} of series "
+                f"{spec['series']!r}; fix: rename the model"
+            )
+            continue
+        models[name] = spec
+    derived = set(series_models(cfg))
+    for name, spec in sorted(models.items()):
+        if (spec.get("series") or spec.get("source") == "trained") and name not in derived:
+            problems.append(
+                f"transformers.models.{name}: series/source trained are set by the workflow "
+                "on the points of transformers.series; configure a series instead"
+            )
+    return problems
+
+
+def _series_problems(tcfg: Mapping[str, Any]) -> list[str]:
+    """Checks of ``transformers.series`` a schema cannot express; the corpus is read here
+    (before any job) so that a missing or empty corpus, or a vocabulary larger than it
+    allows, fails at once."""
+    from specalign.transformers import training
+
+    problems: list[str] = []
+    models = tcfg.get("models", {})
+    n_tokens = tcfg.get("prompts", {}).get("n_tokens", 0)
+    for name, spec in sorted(tcfg.get("series", {}).items()):
+        key = f"transformers.series.{name}"
+        if name in models and not models[name].get("series"):
+            problems.append(f"{key}: a model of that name is configured too; rename one")
+        if spec["source"] == "hub":
+            if not spec["id"]:
+                problems.append(f"{key}.id: required for source 'hub'")
+            if not spec["revisions"]:
+                problems.append(f"{key}.revisions: at least one step{{N}} revision")
+            continue
+        if spec["d_model"] % spec["n_heads"]:
+            problems.append(
+                f"{key}.n_heads: d_model = {spec['d_model']} is not a multiple of "
+                f"n_heads = {spec['n_heads']}"
+            )
+        if n_tokens > spec["seq_len"]:
+            problems.append(
+                f"transformers.prompts.n_tokens: {n_tokens} tokens per prompt, but series "
+                f"{name!r} trains with seq_len = {spec['seq_len']} positions"
+            )
+        if spec["family"] == "gpt2" and spec["vocab_size"] < 257:
+            problems.append(
+                f"{key}.vocab_size: {spec['vocab_size']}; byte-level BPE needs at least 257 "
+                "(256 bytes and <|endoftext|>)"
+            )
+        saved = training.checkpoint_steps(spec["steps"])
+        for step in spec.get("points") or []:
+            if step not in saved:
+                problems.append(
+                    f"{key}.points: step {step} is not saved by a run of {spec['steps']} steps "
+                    f"(saved: {', '.join(map(str, saved))})"
+                )
+        corpus = spec["corpus"]
+        if corpus["kind"] == "file":
+            path = Path(str(corpus.get("path") or ""))
+            if not corpus.get("path") or not path.is_file():
+                problems.append(f"{key}.corpus.path: {str(corpus.get('path'))!r} is not a file")
+                continue
+            if not path.read_text(encoding="utf-8", errors="replace").strip():
+                problems.append(f"{key}.corpus.path: {str(path)!r} is empty")
+                continue
+        try:
+            bound = _vocabulary_bound(corpus["kind"], str(corpus.get("path") or ""))
+        except training.TrainingError as exc:
+            problems.append(f"{key}.{exc}")
+            continue
+        if spec["vocab_size"] > bound:
+            problems.append(
+                f"{key}.vocab_size: {spec['vocab_size']} pieces, but the corpus allows at most "
+                f"{bound} (its distinct words, twice its characters and the special tokens); "
+                "fix: a smaller vocab_size or a larger corpus"
+            )
+    return problems
+
+
+_BOUNDS: dict[tuple[str, str, float], int] = {}
+
+
+def _vocabulary_bound(kind: str, path: str) -> int:
+    from specalign.transformers import training
+
+    mtime = Path(path).stat().st_mtime if kind == "file" else 0.0
+    key = (kind, path, mtime)
+    if key not in _BOUNDS:
+        docs = training.load_corpus({"kind": kind, "path": path or None})
+        _BOUNDS[key] = training.vocabulary_bound(docs)
+    return _BOUNDS[key]
 
 
 def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
@@ -266,6 +407,8 @@ def _check_models(cfg: Mapping[str, Any]) -> list[str]:
     models = tcfg.get("models", {})
     for name, spec in models.items():
         key = f"transformers.models.{name}"
+        if spec["source"] == "trained":
+            continue  # a checkpoint of train_model (checked in _series_problems)
         if spec["source"] == "random":
             given = [f for f in _RANDOM_FROM if spec.get(f)]
             if len(given) != 1:

@@ -50,7 +50,11 @@ def test_every_schema_key_has_description_and_default():
     schema = load_schema()
     for key, sub in _walk(schema, schema):
         assert sub.get("description"), f"{key} has no description"
-        required = {"commutators.experiments.<name>.kind", "transformers.models.<name>.source"}
+        required = {
+            "commutators.experiments.<name>.kind",
+            "transformers.models.<name>.source",
+            "transformers.series.<name>.source",
+        }
         if key not in required:
             assert "default" in sub, f"{key} has no default"
 
@@ -157,6 +161,65 @@ def test_modern_test_config_twins_checkpoints_of_modern(repo):
     for name in twins:
         assert modern[name.removesuffix("_tiny")]["source"] == "hub", name
         assert tiny[name]["source"] == "random" and tiny[name]["config"]["model_type"], name
+
+
+# --------------------------------------------------------------------------- series
+
+
+def _with_series(cfg, **series):
+    cfg = dict(cfg)
+    cfg["transformers"] = {**cfg.get("transformers", {}), "series": series}
+    return cfg
+
+
+def test_series_points_are_derived_models(base):
+    cfg = _with_series(
+        base,
+        run=dict(source="trained", family="albert", steps=16, points=[0, 4, 16]),
+        py=dict(source="hub", id="EleutherAI/pythia-160m", revisions=["step8", "step0"]),
+    )
+    v = validate_config(cfg)
+    models = v["transformers"]["models"]
+    assert {m for m in models if models[m]["series"]} == {
+        "run_step0",
+        "run_step4",
+        "run_step16",
+        "py_step0",
+        "py_step8",
+    }
+    assert models["py_step8"]["revision"] == "step8" and models["py_step8"]["step"] == 8
+    assert models["run_step4"]["source"] == "trained"
+    assert validate_config(v) == v  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("series", "match"),
+    [
+        (
+            dict(source="trained", corpus={"kind": "file", "path": "/no/such/file"}),
+            r"transformers\.series\.s\.corpus\.path: .* is not a file",
+        ),
+        (
+            dict(source="trained", vocab_size=10**6),
+            r"transformers\.series\.s\.vocab_size: 1000000 pieces, but the corpus allows",
+        ),
+        (dict(source="trained", steps=16, points=[3]), r"transformers\.series\.s\.points: step 3"),
+        (dict(source="trained", d_model=30, n_heads=4), r"transformers\.series\.s\.n_heads"),
+        (dict(source="hub", id="x/y", revisions=["main"]), r"transformers\.series\.s\.revisions"),
+        (dict(source="hub", revisions=["step0"]), r"transformers\.series\.s\.id: required"),
+    ],
+)
+def test_series_bad_input_names_the_key(base, series, match):
+    with pytest.raises(ConfigError, match=match):
+        validate_config(_with_series(base, s=series))
+
+
+def test_series_empty_corpus_file(base, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    series = dict(source="trained", corpus={"kind": "file", "path": str(empty)})
+    with pytest.raises(ConfigError, match=r"transformers\.series\.s\.corpus\.path: .* is empty"):
+        validate_config(_with_series(base, s=series))
 
 
 # ------------------------------------------------------------------ --config overrides

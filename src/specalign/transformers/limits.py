@@ -227,7 +227,7 @@ def config_json_path(name: str, models: Mapping[str, Any], cache: str) -> Path |
             path = Path(spec["config_file"])
             return path if path.is_file() else None
         return config_json_path(spec.get("like", ""), models, cache) if spec.get("like") else None
-    if spec["source"] == "hub":
+    if spec["source"] in ("hub", "trained"):
         try:
             manifest = json.loads((Path(cache) / name / "manifest.json").read_text())
             path = Path(manifest["path"]) / "config.json"

@@ -1,0 +1,41 @@
+"""One series' points side by side along the step: training.nc, its table and figure."""
+
+from pathlib import Path
+
+import seaborn as sns
+
+from specalign import io
+from specalign.output import save_figure, write_table
+from specalign.transformers import series
+from specalign.workflow import log, param_json, run_script
+
+
+def main(smk):
+    settings = param_json(smk, "plots")
+    sns.set_theme(context=settings["context"], style="whitegrid")
+    read = [io.read_netcdf(p) for p in smk.input.spectra]
+    prop = [io.read_netcdf(p) for p in smk.input.propagation]
+    steer = [io.read_netcdf(p) for p in smk.input.steering]
+    run = io.read_netcdf(smk.input.run[0]) if "run" in smk.input.keys() else None
+    name = smk.wildcards.series
+    ds = series.series_dataset(
+        name, list(smk.params.steps), read, prop, steer, run=run, source=smk.params.source
+    )
+    io.write_netcdf(smk.output.data, ds)
+    table = series.series_table(ds)
+    write_table(
+        table,
+        Path(smk.output.tables[0]).with_suffix(""),
+        f"Series {name}: each claim's metric against the checkpoint step (step 0 = the null).",
+    )
+    fig, caption = series.series_figure(ds)
+    save_figure(
+        fig,
+        Path(smk.output.figures[0]).with_suffix(""),
+        formats=settings["formats"],
+        dpi=settings["dpi"],
+    )
+    log.info("%s: %s", name, caption)
+
+
+run_script(snakemake, main)  # noqa: F821

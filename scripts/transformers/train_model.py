@@ -1,0 +1,35 @@
+"""Train one small transformer offline (transformers.series, source trained): its
+checkpoints in the save_pretrained layout and the run's record (run.nc)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from specalign import io
+from specalign.transformers import sources, training
+from specalign.workflow import log, run_script
+
+
+def main(smk):
+    run = json.loads(smk.params.run)
+    out = Path(smk.output.checkpoints)
+    if out.exists():  # a folder of ours left by an earlier run (snakemake removed its files)
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    sources._mark_owned(out, f"checkpoints of the training run {smk.wildcards.series}")
+    result = training.train_run(run, out, threads=smk.threads, log=log)
+    log.info(
+        "%s: %d parameters; final held-out loss %.4f vs held-out unigram entropy %.4f nats/token%s",
+        smk.wildcards.series,
+        result.n_params,
+        result.heldout_loss[np.isfinite(result.heldout_loss)][-1],
+        result.heldout_unigram_entropy,
+        "" if result.diverged_step is None else f"; diverged at step {result.diverged_step}",
+    )
+    ds = training.history_dataset(result, smk.wildcards.series, run)
+    io.write_netcdf(smk.output.run, ds)
+
+
+run_script(snakemake, main)  # noqa: F821

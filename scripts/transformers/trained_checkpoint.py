@@ -1,0 +1,41 @@
+"""Record a point of a trained series: its manifest names the checkpoint folder."""
+
+import json
+from pathlib import Path
+
+from specalign import io
+from specalign.transformers import contracts
+from specalign.transformers.sources import ModelSourceError
+from specalign.workflow import log, run_script
+
+
+def main(smk):
+    spec = json.loads(smk.params.spec)
+    series, step = spec["series"], int(spec["step"])
+    run = io.read_netcdf(smk.input.run[0])
+    diverged = int(run.attrs.get("diverged_step", -1))
+    folder = Path(smk.input.checkpoints[0]) / f"step{step}"
+    if diverged >= 0 and step >= diverged:
+        raise ModelSourceError(
+            f"series {series!r} diverged at step {diverged} (loss not finite; run.nc): "
+            f"checkpoint step {step} was not written and is not used; fix: a smaller lr or "
+            "more warm-up, or points below the divergence"
+        )
+    if not (folder / "config.json").is_file():
+        raise ModelSourceError(f"series {series!r}: checkpoint {folder} is missing")
+    log.info("%s -> %s", smk.wildcards.model, folder)
+    contracts.write_manifest(
+        smk.output[0],
+        folder,
+        {
+            "source": "trained",
+            "revision": f"step{step}",
+            "series": series,
+            "step": step,
+            "family": str(run.attrs.get("family", "")),
+            "spec": spec,
+        },
+    )
+
+
+run_script(snakemake, main)  # noqa: F821
