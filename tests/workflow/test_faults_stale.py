@@ -125,6 +125,8 @@ def test_manifest_paths_inside_the_workdir_are_relative(repo, tmp_path_factory):
                 },
             }
         },  # fmt: skip
+        # a model built from a configuration has no tokenizer: steer towards a token id
+        steering={"target_id": 5, "c": [2.0], "methods": ["min_norm"]},
     )
     work = new_workdir(tmp_path_factory, "relative", cfg)
     snakemake(repo, work, "results/transformers/r/weights.h5")

@@ -175,6 +175,28 @@ def test_every_loaded_module_is_in_the_fingerprint(repo, finished_run, shared_da
     run_snakemake(repo, work, "cache/ENB2012_data.xlsx", env=recording_env(work))
     for name, modules in _recorded_jobs(work).items():
         jobs.setdefault(name, set()).update(modules)
+    # the training rules are not in config/test.yaml: one tiny trained series, alone
+    work = tmp_path / "series"
+    work.mkdir()
+    run = dict(source="trained", family="albert", d_model=16, n_layers=2, n_heads=2, d_ff=32,
+               seq_len=16, batch_size=4, steps=4, vocab_size=200, heldout_blocks=8,
+               points=[0, 4])  # fmt: skip
+    cfg = {
+        "threads": 1,
+        "transformers": {
+            "models": {},
+            "series": {"s": run},
+            "prompts": {"kind": "random", "n_prompts": 3, "n_tokens": 6, "seed": 0},
+            "propagation": {"prolonged_layers": 4, "null_draws": 2},
+            "steering": {"target_text": "the", "c": [2.0], "methods": ["min_norm"]},
+        },
+        "plots": {"formats": ["png"], "dpi": 40},
+    }
+    (work / "config.yaml").write_text(json.dumps(cfg))
+    run_snakemake(repo, work, "results/transformers/series/s/training.nc",
+                  env=recording_env(work))  # fmt: skip
+    for name, modules in _recorded_jobs(work).items():
+        jobs.setdefault(name, set()).update(modules)
 
     by_name = {p.name: (rule, p) for rule, p in scripts.items()}
     assert set(jobs) == set(by_name), "every script rule of the DAG must have run"
