@@ -340,3 +340,55 @@ def test_grouped_but_full_rank_keeps_F_and_groups_kv(saved: dict, tmp_path: Path
     bad = dataclasses.replace(mw.blocks[0], W_V=rng.standard_normal((H * dh, d)))
     with pytest.raises(ValueError, match="not repeated"):
         write_weights_h5(tmp_path / "bad.h5", dataclasses.replace(mw, blocks=[bad]))
+
+
+@pytest.mark.parametrize("case", [*GQA, CONTROL])
+def test_lazy_read_gives_the_same_blocks_and_bit_identical_spectra(saved: dict, case: str) -> None:
+    """The spectra rule reads weights.h5 a block at a time (issue 14): same arrays, and
+    the same spectra.nc bit for bit, for one and two decomposition threads."""
+    from specalign.transformers.contracts import LazyBlocks
+
+    eager = read_weights_h5(saved[case][1])
+    lazy = read_weights_h5(saved[case][1], lazy=True)
+    assert isinstance(lazy.blocks, LazyBlocks) and len(lazy.blocks) == len(eager.blocks)
+    assert (lazy.d_head, lazy.rank_bound, lazy.factored) == (
+        eager.d_head, eager.rank_bound, eager.factored,
+    )  # fmt: skip
+    for a, b in zip(eager.blocks, lazy.blocks, strict=True):
+        for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight",
+                     "ln_bias", "q_norm", "k_norm", "post_norm"):  # fmt: skip
+            x, y = getattr(a, name), getattr(b, name)
+            assert (x is None) == (y is None)
+            if x is not None:
+                np.testing.assert_array_equal(x, y)
+        assert a.has_bias == b.has_bias
+    ref = spectra.spectra_dataset(eager, eta=0.7)
+    for threads in (1, 2):
+        got = spectra.spectra_dataset(lazy, eta=0.7, threads=threads)
+        assert got.identical(ref), threads
+
+
+def test_lazy_read_checks_shapes_up_front_and_factors_per_block(
+    saved: dict, tmp_path: Path
+) -> None:
+    import shutil
+
+    path = tmp_path / "weights.h5"
+    shutil.copy(saved[GQA[0]][1], path)
+    with h5py.File(path, "a") as f:
+        f["blocks/1/W_O_grouped"][0, 0] += 1.0
+    mw = read_weights_h5(path, lazy=True)  # values are checked when the block is read
+    mw.blocks[0]
+    with pytest.raises(InputFileError, match="W_O_grouped differs"):
+        mw.blocks[1]
+    shutil.copy(saved[GQA[0]][1], path)
+    with h5py.File(path, "a") as f:
+        del f["blocks/1/W_O"]
+        f["blocks/1/W_O"] = np.zeros((3, 3))
+    with pytest.raises(InputFileError, match="blocks/1/W_O has shape"):
+        read_weights_h5(path, lazy=True)
+    shutil.copy(saved[GQA[0]][1], path)
+    with h5py.File(path, "a") as f:
+        del f["blocks/0/W_O_grouped"]
+    with pytest.raises(InputFileError, match="missing blocks/0/W_O_grouped"):
+        read_weights_h5(path, lazy=True)
