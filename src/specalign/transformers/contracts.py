@@ -430,9 +430,10 @@ class LazyBlocks(Sequence[BlockWeights]):
     """The blocks of a ``weights.h5`` read on demand (:func:`read_weights_h5` ``lazy``).
 
     ``blocks[b]`` opens the file and reads block ``b`` (K, V expanded as an eager read
-    does; W_O_grouped checked against W_O where the block is factored); nothing is
-    cached, so whoever holds the result holds the block's memory. ``d_head`` is known
-    from the shapes, without a read.
+    does; W_O_grouped checked against W_O where the block is factored). The last block
+    read is kept, so a run that repeats a layer (a prolonged run past the last layer,
+    ALBERT's one shared block) reads it once: at most one block beyond those the callers
+    hold. ``d_head`` is known from the shapes, without a read.
     """
 
     def __init__(
@@ -447,6 +448,9 @@ class LazyBlocks(Sequence[BlockWeights]):
         self.path, self.has_bias, self.fail = path, has_bias, fail
         self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_head
         self.check_factors = False
+        self._last: tuple[int, BlockWeights] | None = None
+        #: blocks read from the file so far (the cost of a pass over the model)
+        self.reads = 0
 
     def __len__(self) -> int:
         return len(self.has_bias)
@@ -458,12 +462,18 @@ class LazyBlocks(Sequence[BlockWeights]):
         if not -len(self) <= b < len(self):
             raise IndexError(f"block {b} of {len(self)}")
         b %= len(self)
+        last = self._last
+        if last is not None and last[0] == b:
+            return last[1]
+        self._last = None  # the previous block goes before the next one is read
         import h5py
 
         with h5py.File(self.path, "r") as f:
             blk = _read_block(f, b, self.has_bias[b], self.fail, self.n_heads, self.n_kv_heads)
             if self.check_factors:
                 _check_block_factors_of(blk, b, f, self.fail, self.n_heads, self.n_kv_heads)
+        self.reads += 1
+        self._last = (b, blk)
         return blk
 
 

@@ -29,9 +29,10 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   eigen-decomposition (about 8 n^2 x 8; n = r for a factored block, d otherwise); the
   per-block results (the directions and listed eigenvalues) of every block;
 * ``propagate``: the streamed unit with the float32 hidden states of every layer (twice
-  while transformers' tuple is copied out), then the float64 weights with those states
-  and the states of every simplified run (T + 1 states of P N tokens, two attention
-  readings, and the metrics' normalised copies);
+  while transformers' tuple is copied out), then two blocks' float64 weights (read from
+  ``weights.h5`` a block at a time: the one in use and the next) and the current block's
+  F or factors, with those states and the states of every simplified run (T + 1 states
+  of P N tokens, two attention readings, and the metrics' normalised copies);
 * ``steer``: the embeddings for the embedding output; the float64 weights with one run of
   states and every variant's W_O', Delta W_O and F'; the streamed causal LM with the
   variants' W_O (float64 and their float32 copy), the replayed layer output and the
@@ -278,9 +279,12 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
         "spectra": {"blocks": min(max(int(threads), 1), B) * (block64 + eig64) + results},
         # transformers' tuple of states and their copy, then the real model's states
         # stay while the simplified runs and their metrics run
+        # the simplified runs read weights.h5 a block at a time (the block in use and
+        # the next one while it is read), with the current block's F or factors
         "propagate": {
             "streamed real model": unit + 2 * states32,
-            "simplified runs": weights64 + states32 + 2 * run * 3,
+            "simplified runs": 2 * block64 + 8.0 * (2 * d * r if s.factored else d * d)
+            + states32 + 2 * run * 3,
         },
         "steer": {
             "streamed embeddings": unit,
