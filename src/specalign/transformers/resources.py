@@ -33,8 +33,9 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   ``weights.h5`` a block at a time: the one in use and the next) and the current block's
   F or factors, with those states and the states of every simplified run (T + 1 states
   of P N tokens, two attention readings, and the metrics' normalised copies);
-* ``steer``: the embeddings for the embedding output; the float64 weights with one run of
-  states and every variant's W_O', Delta W_O and F'; the streamed causal LM with the
+* ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
+  a block at a time, as propagate) with one run of states and every variant's W_O',
+  Delta W_O and F'; the streamed causal LM with the
   variants' W_O (float64 and their float32 copy), the replayed layer output and the
   last position's logits.
 
@@ -261,7 +262,6 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
     # a streamed unit in float32 while its largest tensor is cast from the stored dtype
     unit = 4.0 * (s.unit_params or s.n_params) + s.stored_bytes * s.tensor_params
     states32 = (L + 1) * w.tokens * d * 4.0
-    weights64 = 8.0 * 4 * d * d * B
     run = (w.layers_run + 1) * w.tokens * d * 8.0
     inner = s.inner or d
     r, n = s.rank or inner, s.eig_size
@@ -289,7 +289,8 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
         "steer": {
             "streamed embeddings": unit,
             # the variants' W_O', Delta and F' (d x d each) are held together
-            "simplified steering": weights64
+            # weights.h5 read a block at a time: the block in use, the next being read
+            "simplified steering": 2 * block64
             + 3 * (L + 1) * w.tokens * d * 8.0
             + w.variants * 3 * d * d * 8.0,
             # the variants' W_O (float64, one float32 copy at a time), the replayed
