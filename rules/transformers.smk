@@ -253,7 +253,7 @@ rule transformer_model_tables:
         reported(
             expand(
                 results_path("tables/transformers/{{model}}/{table}.{ext}"),
-                table=["eigenvalues", "propagation", "steering"],
+                table=list(MODEL_TABLES),
                 ext=["csv", "md", "html"],
             ),
             caption=lambda stem: f"../report/transformers/table_{stem}.rst",

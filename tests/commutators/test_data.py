@@ -20,6 +20,7 @@ import pytest
 from specalign.commutators.data import uci
 from specalign.commutators.data.split import split_standardize
 from specalign.commutators.data.synthetic import f_star, sample
+from specalign.config import load_schema
 from specalign.io import InputFileError
 
 # ---------------------------------------------------------------------------------------
@@ -208,6 +209,9 @@ def test_fetch_unreachable_host_mentions_mirror(tmp_path, fake_registry):
 
 def test_registry_and_unknown_name():
     assert set(uci.DATASETS) == {"concrete", "energy"}
+    # the schema's list of an experiment's datasets is the registry's (YAML cannot import it)
+    schema = load_schema()["$defs"]["experiment"]["properties"]["dataset"]
+    assert sorted(schema["enum"]) == sorted(uci.DATASETS)
     assert uci.get_dataset("concrete").n_inputs == 8
     with pytest.raises(KeyError, match="concrete"):
         uci.get_dataset("iris")

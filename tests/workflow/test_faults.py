@@ -201,8 +201,8 @@ _MD_HEAD = """\
 # Faults and bad input
 
 What the fault-injection tests (`tests/workflow/test_faults.py`,
-`tests/workflow/test_fuzz.py`, the held-out pass of issue 10 in
-`tests/workflow/test_faults_heldout.py` and the third pass of issue 18 in
+`tests/workflow/test_fuzz.py`, the held-out pass in
+`tests/workflow/test_faults_heldout.py` and the pass on stale inputs and checkpoints in
 `tests/workflow/test_faults_stale.py`, with the comparison tool `specalign.compare`
 tested in `tests/workflow/test_compare.py`) do to the workflow, and what happened. Every
 row is a test that passes; the counts are those of the last regeneration of this file:
@@ -237,7 +237,7 @@ Notes
   (PID and start time), a watchdog thread stops the job within half a second of their
   loss, and every atomic rename checks them first, so an orphan never publishes.
   Recovery: `snakemake --unlock`, then rerun with any settings.
-* Rows `twin` to `file_modes` are the held-out pass of issue 10: each was a case where a
+* Rows `twin` to `file_modes` are the held-out pass: each was a case where a
   result was silently wrong, data was lost, or an error came late without naming its
   cause; each row says what happens now.
 """
@@ -273,8 +273,9 @@ class FaultLog:
         return (
             _MD_HEAD
             + "\n".join(rows)
-            + "\n\nIssue 18, the cases checked without a workflow run (each a test that "
-            "passes):\n\n| case | what happens now | test |\n| --- | --- | --- |\n"
+            + "\n\nStale inputs and checkpoints, the cases checked without a workflow run "
+            "(each a test that passes):\n\n"
+            "| case | what happens now | test |\n| --- | --- | --- |\n"
             + "\n".join(unit)
             + "\n"
             + _MD_TAIL
