@@ -277,8 +277,9 @@ def test_ctrl_c_then_same_command_finishes(tiny_llama, tmp_path):
 
 
 def test_failed_job_exits_1_naming_job_and_log(tmp_path):
-    """A checkpoint whose safetensors file was cut short passes the folder checks but
-    fails in extract_weights: exit 1, the job and its log named."""
+    """A checkpoint whose safetensors file was cut short passes the folder checks made
+    before any job but fails in its first job, fetch_model (which checks every tensor of
+    the checkpoint against its header): exit 1, the job and its log named."""
     folder = save_tiny_llama(tmp_path / "cut-short")
     weights = folder / "model.safetensors"
     os.truncate(weights, weights.stat().st_size // 2)
@@ -286,8 +287,8 @@ def test_failed_job_exits_1_naming_job_and_log(tmp_path):
     proc = run_cli("analyze", str(folder), "--out", str(out), "--no-twin", *SMALL)
     assert proc.returncode == 1, proc.stderr[-4000:]
     last = proc.stderr.strip().splitlines()[-1]
-    log = out / "logs" / "transformers" / "cut-short" / "extract_weights.log"
-    assert last == f"specalign: job extract_weights failed; its log: {log}"
+    log = out / "logs" / "transformers" / "cut-short" / "fetch_model.log"
+    assert last == f"specalign: job fetch_model failed; its log: {log}"
     assert log.is_file()
     assert not (out / "summary.csv").exists()
 
