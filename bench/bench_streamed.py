@@ -14,8 +14,12 @@ of 10 tokens, 6 steering variants):
 * ``steer_real``: steering's embedding output (``steer.model_inputs``) and the causal
   LM's next-token probabilities of the unchanged model and 6 variants of the last
   layer's W_O (``steer.next_token_probs`` on the streamed causal LM);
-* ``extract_weights``, ``spectra`` (``--rules``): the workflow's kernels as they are on
-  this branch (weights.h5 and its decomposition; not streamed by this module).
+* ``extract_weights``, ``spectra`` (``--rules``): the workflow's kernels as the rules run
+  them: ``extract.extract_to_h5`` (a block at a time from the checkpoint into weights.h5)
+  and ``spectra.spectra_dataset`` on ``read_weights_h5(lazy=True)`` (a block at a time
+  from weights.h5, ``--threads`` blocks at once; a grouped-query block through its r x r
+  product). Their ideal: the float64 work at the float64 GEMM rate or the bytes read and
+  written at the disk's rates, whichever is larger.
 
 Per job it prints the work (flops of the products, bytes read from the checkpoint or
 written), the ideal time from the rates measured in the same run (float32 and float64
@@ -144,7 +148,19 @@ def work(cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
     attn = L * N_PROMPTS * 4 * N_TOKENS**2 * H * dh  # scores and mixing, per layer
     b = 2  # bf16
     n_params = L * layer + embed + head + d
+    r = kv * dh
+    attn_read = b * L * (2 * d * H * dh + 2 * d * r + 2 * d)  # Q, O, K, V and the norm
+    # weights.h5 per block: W_Q, W_O, W_K, W_V, W_O' (factored) or F (dense), biases, norms
+    h5 = 8.0 * L * (2 * d * H * dh + 2 * d * r + (d * r if r < d else d * d) + 4 * d)
+    n = r if r < d else d
+    # per block: the n x n eigen-decomposition (25 n^3), M = W_V' W_O' (2 d r^2), the
+    # per-head products and their eigenvalues, F = W_O W_V where it is dense (extract)
+    eig64 = L * (25.0 * n**3 + 2.0 * d * r * r * (r < d) + 2.0 * d * H * dh * dh
+                 + 10.0 * H * dh**3)  # fmt: skip
     return {
+        "extract_weights": {"flops64": L * 2.0 * d * d * H * dh * (r >= d),
+                            "read": attn_read, "written": h5},
+        "spectra": {"flops64": eig64, "read": h5},
         "random_model": {"draws": 2.0 * n_params, "written": b * n_params},
         "propagate_real": {"flops32": 2.0 * L * layer * tokens + attn,
                            "read": b * (L * layer + embed + d)},
@@ -163,7 +179,10 @@ def work(cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
 def ideal(job: str, w: dict[str, float], r: dict[str, float], threads: int) -> float:
     if job == "random_model":
         return max(w["draws"] / r["normal"], w["written"] / r["write"])
-    return max(w["flops32"] / r["gemm_float32"], w["read"] / r["read"])
+    io = w["read"] / r["read"] + w.get("written", 0.0) / r["write"]
+    if "flops64" in w:
+        return max(w["flops64"] / r["gemm_float64"], io)
+    return max(w["flops32"] / r["gemm_float32"], io)
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -217,8 +236,10 @@ def run_job(
     elif job == "spectra":
         from specalign.transformers import contracts, spectra
 
-        mw = contracts.read_weights_h5(folder / "weights.h5")
-        spectra.spectra_dataset(mw, eta=1.0, device="cpu", threads=threads)
+        mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)  # as the rule does
+        ds = spectra.spectra_dataset(mw, eta=1.0, device="cpu", threads=threads)
+        info["eigenpair_residual_max"] = float(ds["eigenpair_residual"].max())
+        info["factored"] = int(ds.attrs["factored"])
     else:
         raise ValueError(job)
     info["wall_s"] = time.perf_counter() - t0
@@ -285,8 +306,9 @@ def main() -> int:
               f"{'projected s':>13}")  # fmt: skip
         jobs = results["jobs"] = {}
         for job in args.rules:
-            if (folder / "checkpoint").exists():
-                drop_cache(folder / "checkpoint")
+            for name in ("checkpoint", "weights.h5"):
+                if (folder / name).exists():
+                    drop_cache(folder / name)
             load = os.getloadavg()[0]
             cmd = [sys.executable, __file__, "--shape", args.shape, "--threads",
                    str(args.threads), "--job", job, "--folder", str(folder),
@@ -306,8 +328,8 @@ def main() -> int:
             proj = float("nan")
             if w and w_pub:
                 proj = m["wall_s"] * ideal(job, w_pub[job], r, args.threads) / best
-            flops = w.get("flops32", w.get("draws", float("nan")))
-            io = w.get("read", w.get("written", float("nan")))
+            flops = w.get("flops32", w.get("flops64", w.get("draws", float("nan"))))
+            io = w.get("read", 0.0) + w.get("written", 0.0) or float("nan")
             m.update(ideal_s=best, request=req, load_before=load, projected_s=proj, work=w)
             jobs[job] = m
             print(f"{job:<16}{flops / 1e9:>9.0f}{io / 1e9:>8.2f}{best:>9.1f}{m['wall_s']:>9.1f}"

@@ -47,7 +47,8 @@ def main(smk):
     hidden = propagate.real_forward_hidden_states(
         model_dir, ids, device=device, dtype=propagate.torch_dtype(cfg["real_dtype"])
     )
-    mw = contracts.read_weights_h5(smk.input.weights)
+    # a block at a time: each simplified run reads the blocks as it reaches them
+    mw = contracts.read_weights_h5(smk.input.weights, lazy=True)
     directions = spectra.block_directions(spectra_ds, smk.input.spectra)
     states = propagate.propagation_states(
         mw, hidden, settings["eta"], cfg, progress=LogProgress(2, "simplified runs", every=0.0)

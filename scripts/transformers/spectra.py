@@ -9,7 +9,7 @@ from specalign.workflow import log, run_script
 def main(smk):
     manifest = contracts.read_manifest(smk.input.manifest)
     lineage.check_model(smk.input.weights, smk.input.manifest, manifest)
-    mw = contracts.read_weights_h5(smk.input.weights)
+    mw = contracts.read_weights_h5(smk.input.weights, lazy=True)  # a block at a time
     device = torch_device(smk.resources.get("gpu", 0))
     log.info(
         "%d blocks of d = %d on %s, %s",

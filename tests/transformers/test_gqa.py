@@ -340,3 +340,105 @@ def test_grouped_but_full_rank_keeps_F_and_groups_kv(saved: dict, tmp_path: Path
     bad = dataclasses.replace(mw.blocks[0], W_V=rng.standard_normal((H * dh, d)))
     with pytest.raises(ValueError, match="not repeated"):
         write_weights_h5(tmp_path / "bad.h5", dataclasses.replace(mw, blocks=[bad]))
+
+
+@pytest.mark.parametrize("case", [*GQA, CONTROL])
+def test_lazy_read_gives_the_same_blocks_and_bit_identical_spectra(saved: dict, case: str) -> None:
+    """The spectra rule reads weights.h5 a block at a time (issue 14): same arrays, and
+    the same spectra.nc bit for bit, for one and two decomposition threads."""
+    from specalign.transformers.contracts import LazyBlocks
+
+    eager = read_weights_h5(saved[case][1])
+    lazy = read_weights_h5(saved[case][1], lazy=True)
+    assert isinstance(lazy.blocks, LazyBlocks) and len(lazy.blocks) == len(eager.blocks)
+    assert (lazy.d_head, lazy.rank_bound, lazy.factored) == (
+        eager.d_head, eager.rank_bound, eager.factored,
+    )  # fmt: skip
+    for a, b in zip(eager.blocks, lazy.blocks, strict=True):
+        for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_weight",
+                     "ln_bias", "q_norm", "k_norm", "post_norm"):  # fmt: skip
+            x, y = getattr(a, name), getattr(b, name)
+            assert (x is None) == (y is None)
+            if x is not None:
+                np.testing.assert_array_equal(x, y)
+        assert a.has_bias == b.has_bias
+    ref = spectra.spectra_dataset(eager, eta=0.7)
+    for threads in (1, 2):
+        got = spectra.spectra_dataset(lazy, eta=0.7, threads=threads)
+        assert got.identical(ref), threads
+
+
+def test_lazy_read_checks_shapes_up_front_and_factors_per_block(
+    saved: dict, tmp_path: Path
+) -> None:
+    import shutil
+
+    path = tmp_path / "weights.h5"
+    shutil.copy(saved[GQA[0]][1], path)
+    with h5py.File(path, "a") as f:
+        f["blocks/1/W_O_grouped"][0, 0] += 1.0
+    mw = read_weights_h5(path, lazy=True)  # values are checked when the block is read
+    mw.blocks[0]
+    with pytest.raises(InputFileError, match="W_O_grouped differs"):
+        mw.blocks[1]
+    shutil.copy(saved[GQA[0]][1], path)
+    with h5py.File(path, "a") as f:
+        del f["blocks/1/W_O"]
+        f["blocks/1/W_O"] = np.zeros((3, 3))
+    with pytest.raises(InputFileError, match="blocks/1/W_O has shape"):
+        read_weights_h5(path, lazy=True)
+    shutil.copy(saved[GQA[0]][1], path)
+    with h5py.File(path, "a") as f:
+        del f["blocks/0/W_O_grouped"]
+    with pytest.raises(InputFileError, match="missing blocks/0/W_O_grouped"):
+        read_weights_h5(path, lazy=True)
+
+
+@pytest.mark.parametrize("case", [GQA[0], "gemma", CONTROL])
+def test_propagation_on_a_lazy_read_is_bit_identical_and_reads_each_block_once_a_pass(
+    saved: dict, case: str
+) -> None:
+    """The propagate rule reads weights.h5 a block at a time (issue 14): the simplified
+    runs and the metrics equal those on the eager read bit for bit, and a prolonged pass
+    reads each block once (the repeated last layer is the kept block)."""
+    eager = read_weights_h5(saved[case][1])
+    lazy = read_weights_h5(saved[case][1], lazy=True)
+    hidden = np.random.default_rng(2).standard_normal((eager.n_layers + 1, 3, 5, eager.d_model))
+    cfg = {"prolonged_layers": eager.n_layers + 4, "corr": "cosine", "null_draws": 3}
+    directions = spectra.block_directions(spectra.spectra_dataset(eager, eta=0.7))
+    ref = prop.propagation_states(eager, hidden, 0.7, cfg)
+    got = prop.propagation_states(lazy, hidden, 0.7, cfg)
+    assert lazy.blocks.reads == 2 * len(lazy.blocks)  # two passes (real, full attention)
+    assert got.keys() == ref.keys()
+    for mode in ref:
+        np.testing.assert_array_equal(got[mode], ref[mode])
+    a = prop.propagation_dataset(eager, ref, cfg, seed=0, directions=directions)
+    b = prop.propagation_dataset(lazy, got, cfg, seed=0, directions=directions)
+    assert a.identical(b)
+
+
+@pytest.mark.parametrize("case", [GQA[0], "gemma", CONTROL])
+def test_steering_on_a_lazy_read_is_bit_identical_and_reads_each_block_once(
+    saved: dict, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steer rule reads weights.h5 a block at a time: the simplified steering equals
+    that of the eager read bit for bit, and the steered runs read no block again."""
+    import xarray as xr
+
+    eager = read_weights_h5(saved[case][1])
+    lazy = read_weights_h5(saved[case][1], lazy=True)
+    directions = spectra.block_directions(spectra.spectra_dataset(eager, eta=0.7))
+    rng = np.random.default_rng(5)
+    X0, e = rng.standard_normal((3, 4, eager.d_model)), rng.standard_normal(eager.d_model)
+    monkeypatch.setattr(st, "steering_target", lambda *a, **k: st.SteeringTarget(7, (), ""))
+    monkeypatch.setattr(st, "model_inputs", lambda *a, **k: (X0, e))
+    monkeypatch.setattr(st.family(eager.family), "causal_lm", False, raising=False)
+    cfg = {"target_text": "x", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
+    ids = np.zeros((3, 4), int)
+    ref = st.steering_dataset(eager, "unused", ids, 0.7, cfg, 0, 3, directions=directions)
+    for threads in (1, 2):
+        got = st.steering_dataset(
+            lazy, "unused", ids, 0.7, cfg, 0, 3, directions=directions, threads=threads
+        )
+        xr.testing.assert_identical(got, ref)
+    assert lazy.blocks.reads == 2 * len(lazy.blocks)  # one base pass per call, no more

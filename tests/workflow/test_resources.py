@@ -201,3 +201,30 @@ def test_streamed_requests_follow_a_layer_not_the_model():
                 if phase.startswith("streamed"):
                     mem = res.BASE_BYTES + res.SAFETY * need
                     assert 4 * s.unit_params < mem <= limit * 2**30, (name, phase, mem / 2**30)
+
+
+def test_spectra_and_extract_requests_follow_a_block_and_the_factored_rank():
+    """spectra reads and decomposes a block at a time (``threads`` blocks at once), a
+    grouped-query block through its r x r product, and extract_weights writes a block at a
+    time with no d x d F where r < d: a Mistral-7B-shaped job asks for a few GB, whatever
+    the depth; a dense block of the same width (r = d) asks for more."""
+    import dataclasses
+
+    tcfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())["transformers"]
+    s = res.model_size(MODERN["mistral-7b"])
+    assert (s.factored, s.eig_size, s.rank, s.d_model) == (True, 1024, 1024, 4096)
+    w = res.Workload.from_config(tcfg, s.n_layers)
+    for rule in ("extract_weights", "spectra"):
+        mem = res.job_resources(rule, s, w, 2)["mem_mb"] * 1e6
+        assert mem <= 5 * 2**30, (rule, mem / 2**30)
+        deep = dataclasses.replace(s, n_layers=4 * s.n_layers, n_blocks=4 * s.n_blocks)
+        deep_mem = res.job_resources(rule, deep, w, 2)["mem_mb"] * 1e6
+        assert deep_mem <= 1.05 * mem, rule  # the depth adds only per-block results
+        dense = dataclasses.replace(s, rank=s.d_model)
+        assert not dense.factored
+        assert res.mem_bytes(rule, dense, w, 2) > res.mem_bytes(rule, s, w, 2), rule
+    one, two = (res.mem_bytes("spectra", s, w, t) for t in (1, 2))
+    assert 1.8 * one < two < 2.2 * one  # two blocks at once on two cores
+    # the r x r decomposition is 64x fewer eigen-solver flops than d x d at d 4096
+    dense = dataclasses.replace(s, rank=s.d_model)
+    assert res.work_seconds("spectra", s, w, 2) < res.work_seconds("spectra", dense, w, 2) / 10

@@ -7,7 +7,7 @@ The files the workflow writes for every configured model, and who computes them:
 * ``results/transformers/{model}/weights.h5``: the attention weights of every distinct
   layer and F (below), streamed into the file block by block by
   :func:`specalign.transformers.extract.extract_to_h5` and read back by
-  :func:`read_weights_h5`;
+  :func:`read_weights_h5` (the spectra rule lazily, one block at a time);
 * ``results/transformers/{model}/spectra.nc``: eigenvalues, eigenvectors and gaps of
   every distinct F (:func:`specalign.transformers.spectra.spectra_dataset`);
 * ``results/transformers/{model}/propagation.nc``: token metrics per mode, layer, token
@@ -76,7 +76,7 @@ Modes of ``propagation.nc`` (Section 3 of Li & Altafini and its supplement):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,10 +271,22 @@ def write_weights_attrs(
         f.attrs[key] = value
 
 
-def read_weights_h5(path: str | Path) -> ModelWeights:
-    """Read a ``weights.h5`` back; InputFileError naming ``path`` if it breaks the contract."""
+def read_weights_h5(path: str | Path, lazy: bool = False) -> ModelWeights:
+    """Read a ``weights.h5`` back; InputFileError naming ``path`` if it breaks the contract.
+
+    ``lazy``: ``blocks`` is a :class:`LazyBlocks` that reads a block from the file each
+    time it is indexed (h5py per-dataset reads), so a job that visits the blocks one at a
+    time holds one block's float64 weights, not the model's (issue 14: Mistral-7B's v3
+    file is ~10.7 GB). Every dataset's shape and the F / factor layout are checked before
+    returning, as for an eager read; the values of a block (W_O_grouped against W_O) when
+    it is read. The blocks read are the same arrays an eager read gives.
+    """
     path = Path(path)
-    data, attrs = read_h5(path)  # InputFileError for missing/truncated/corrupt files
+    if lazy:
+        data, attrs, shapes = _read_h5_meta(path)
+    else:
+        data, attrs = read_h5(path)  # InputFileError for missing/truncated/corrupt files
+        shapes = {k: np.shape(v) for k, v in data.items()}
 
     def fail(msg: str) -> InputFileError:
         return InputFileError(f"{path}: {msg} (weights.h5 contract)")
@@ -292,9 +304,9 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
         raise fail(f"missing root attribute(s) {', '.join(missing)}")
     if "layer_block" not in data:
         raise fail("missing dataset layer_block")
-    n_blocks = len({k.split("/")[1] for k in data if k.startswith("blocks/")})
-    if "F" in data and data["F"].shape[0] != n_blocks:
-        raise fail(f"F holds {data['F'].shape[0]} blocks, blocks/ holds {n_blocks}")
+    n_blocks = len({k.split("/")[1] for k in shapes if k.startswith("blocks/")})
+    if "F" in shapes and shapes["F"][0] != n_blocks:
+        raise fail(f"F holds {shapes['F'][0]} blocks, blocks/ holds {n_blocks}")
     try:
         has_bias = _json_attr(attrs.get("has_bias"), [{}] * n_blocks)
         layer_attention = _json_attr(attrs["layer_attention"], None)
@@ -307,7 +319,18 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
     kv = n_heads if v2["n_kv_heads"] is None or version < 3 else int(v2["n_kv_heads"])
     if kv < 1 or n_heads % kv:
         raise fail(f"n_kv_heads {kv} does not divide n_heads {n_heads}")
-    blocks = [_read_block(data, b, has_bias[b], fail, n_heads, kv) for b in range(n_blocks)]
+    blocks: Any
+    if lazy:
+        block_shapes = [_block_shapes(shapes, b, fail, n_heads, kv) for b in range(n_blocks)]
+        inner = block_shapes[0]["W_Q"][0] if block_shapes else 0
+        blocks = LazyBlocks(path, has_bias, fail, n_heads, kv, inner // max(n_heads, 1))
+    else:
+        blocks = [_read_block(data, b, has_bias[b], fail, n_heads, kv) for b in range(n_blocks)]
+        block_shapes = [
+            {n: getattr(blk, n).shape for n in BLOCK_FIELDS + OPTIONAL_BLOCK_FIELDS
+             if getattr(blk, n) is not None}  # fmt: skip
+            for blk in blocks
+        ]
     layer_block = np.asarray(data["layer_block"], dtype=np.int64)
     rotary = None if v2["rotary"] == "none" else str(v2["rotary"])
     if rotary is not None and not {"rotary/inv_freq", "rotary/scaling"} <= set(data):
@@ -337,10 +360,121 @@ def read_weights_h5(path: str | Path) -> ModelWeights:
         rotary_inv_freq=data.get("rotary/inv_freq") if rotary else None,
         rotary_scaling=data.get("rotary/scaling") if rotary else None,
     )
-    _check_shapes(mw, data.get("F"), fail)
+    _check_shapes(mw, shapes.get("F"), fail, block_shapes)
     if version >= 3:
-        _check_factors(mw, data, fail)
+        _check_factor_layout(mw, shapes, fail)
+        if lazy:
+            blocks.check_factors = mw.factored
+        else:
+            for b, blk in enumerate(mw.blocks):
+                _check_block_factors(mw, b, blk, data, fail)
     return mw
+
+
+def _read_h5_meta(
+    path: Path,
+) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, tuple[int, ...]]]:
+    """:func:`specalign.io.read_h5` without the blocks' datasets and F: the other
+    datasets (small), the root attributes and every dataset's shape."""
+    import h5py
+
+    if not path.exists():
+        raise InputFileError(f"{path}: file does not exist")
+    data: dict[str, np.ndarray] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    try:
+        with h5py.File(path, "r") as f:
+
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    shapes[name] = tuple(obj.shape)
+                    if not (name.startswith("blocks/") or name == "F"):
+                        data[name] = obj[()]
+
+            f.visititems(visit)
+            attrs = {k: io._decode_attr(v) for k, v in f.attrs.items()}
+    except (OSError, KeyError, ValueError) as exc:
+        raise InputFileError(f"{path}: not a readable HDF5 file ({exc})") from exc
+    return data, attrs, shapes
+
+
+def _block_shapes(
+    shapes: Mapping[str, tuple[int, ...]],
+    b: int,
+    fail: Callable[[str], Any],
+    n_heads: int,
+    n_kv_heads: int,
+) -> dict[str, tuple[int, ...]]:
+    """The in-memory (K/V expanded) shapes of block ``b``'s fields, from the file's."""
+    names = [f"blocks/{b}/{name}" for name in BLOCK_FIELDS]
+    absent = [n for n in names if n not in shapes]
+    if absent:
+        raise fail(f"missing {', '.join(absent)}")
+    out = {name: tuple(shapes[f"blocks/{b}/{name}"]) for name in BLOCK_FIELDS}
+    if n_kv_heads != n_heads:
+        rows = out["W_Q"][0] * n_kv_heads // n_heads
+        for name in KV_FIELDS:
+            if not out[name] or out[name][0] != rows:
+                got = out[name][0] if out[name] else 0
+                raise fail(
+                    f"blocks/{b}/{name} has {got} rows, not {rows} (n_kv_heads={n_kv_heads} heads)"
+                )
+            out[name] = (out[name][0] * (n_heads // n_kv_heads), *out[name][1:])
+    for name in OPTIONAL_BLOCK_FIELDS:
+        if f"blocks/{b}/{name}" in shapes:
+            out[name] = tuple(shapes[f"blocks/{b}/{name}"])
+    return out
+
+
+class LazyBlocks(Sequence[BlockWeights]):
+    """The blocks of a ``weights.h5`` read on demand (:func:`read_weights_h5` ``lazy``).
+
+    ``blocks[b]`` opens the file and reads block ``b`` (K, V expanded as an eager read
+    does; W_O_grouped checked against W_O where the block is factored). The last block
+    read is kept, so a run that repeats a layer (a prolonged run past the last layer,
+    ALBERT's one shared block) reads it once: at most one block beyond those the callers
+    hold. ``d_head`` is known from the shapes, without a read.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        has_bias: list[Mapping[str, bool]],
+        fail: Callable[[str], InputFileError],
+        n_heads: int,
+        n_kv_heads: int,
+        d_head: int,
+    ) -> None:
+        self.path, self.has_bias, self.fail = path, has_bias, fail
+        self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_head
+        self.check_factors = False
+        self._last: tuple[int, BlockWeights] | None = None
+        #: blocks read from the file so far (the cost of a pass over the model)
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self.has_bias)
+
+    def __getitem__(self, b: Any) -> Any:
+        if isinstance(b, slice):
+            return [self[i] for i in range(*b.indices(len(self)))]
+        b = int(b)
+        if not -len(self) <= b < len(self):
+            raise IndexError(f"block {b} of {len(self)}")
+        b %= len(self)
+        last = self._last
+        if last is not None and last[0] == b:
+            return last[1]
+        self._last = None  # the previous block goes before the next one is read
+        import h5py
+
+        with h5py.File(self.path, "r") as f:
+            blk = _read_block(f, b, self.has_bias[b], self.fail, self.n_heads, self.n_kv_heads)
+            if self.check_factors:
+                _check_block_factors_of(blk, b, f, self.fail, self.n_heads, self.n_kv_heads)
+        self.reads += 1
+        self._last = (b, blk)
+        return blk
 
 
 def _read_block(
@@ -378,43 +512,75 @@ def _json_attr(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _check_factors(
-    mw: ModelWeights, data: Mapping[str, Any], fail: Callable[[str], InputFileError]
+def _check_factor_layout(
+    mw: ModelWeights,
+    shapes: Mapping[str, tuple[int, ...]],
+    fail: Callable[[str], InputFileError],
 ) -> None:
-    """A v3 file has F exactly where the block is not factored, and W_O_grouped agreeing
-    with W_O (the sum of its query heads' columns) where it is."""
-    if mw.factored == ("F" in data):
+    """A v3 file has F exactly where the block is not factored, W_O_grouped where it is."""
+    if mw.factored == ("F" in shapes):
         raise fail(
             f"rank bound r = {mw.rank_bound}, d = {mw.d_model}: F must be "
             f"{'absent' if mw.factored else 'present'}"
         )
-    for b, blk in enumerate(mw.blocks):
+    if not mw.factored:
+        return
+    want = (mw.d_model, mw.rank_bound)
+    for b in range(len(mw.blocks)):
         name = f"blocks/{b}/W_O_grouped"
-        if not mw.factored:
-            continue
-        if name not in data:
+        if name not in shapes:
             raise fail(f"missing {name} (a factored block without F)")
-        W_O = np.asarray(data[name], np.float64)
-        want = mw.ov_factors(blk)[0]
-        if W_O.shape != want.shape:
-            raise fail(f"{name} has shape {W_O.shape}, not {want.shape}")
-        scale = max(float(np.max(np.abs(want), initial=0.0)), np.finfo(float).tiny)
-        err = float(np.max(np.abs(W_O - want), initial=0.0)) / scale
-        if err > 1e-12:
-            raise fail(f"{name} differs from the sum of W_O's query-head columns by {err:.2e}")
+        if tuple(shapes[name]) != want:
+            raise fail(f"{name} has shape {tuple(shapes[name])}, not {want}")
+
+
+def _check_block_factors(
+    mw: ModelWeights,
+    b: int,
+    blk: BlockWeights,
+    data: Mapping[str, Any],
+    fail: Callable[[str], InputFileError],
+) -> None:
+    """W_O_grouped of a factored block agrees with W_O (the sum of its query heads' columns)."""
+    if mw.factored:
+        _check_block_factors_of(blk, b, data, fail, mw.n_heads, mw.kv_heads)
+
+
+def _check_block_factors_of(
+    blk: BlockWeights,
+    b: int,
+    data: Mapping[str, Any],
+    fail: Callable[[str], InputFileError],
+    n_heads: int,
+    n_kv_heads: int,
+) -> None:
+    name = f"blocks/{b}/W_O_grouped"
+    W_O = np.asarray(data[name], np.float64)
+    want = ov_factors(blk, n_heads, n_kv_heads)[0]
+    if W_O.shape != want.shape:
+        raise fail(f"{name} has shape {W_O.shape}, not {want.shape}")
+    scale = max(float(np.max(np.abs(want), initial=0.0)), np.finfo(float).tiny)
+    err = float(np.max(np.abs(W_O - want), initial=0.0)) / scale
+    if err > 1e-12:
+        raise fail(f"{name} differs from the sum of W_O's query-head columns by {err:.2e}")
 
 
 def _check_shapes(
-    mw: ModelWeights, F: np.ndarray | None, fail: Callable[[str], InputFileError]
+    mw: ModelWeights,
+    F_shape: tuple[int, ...] | None,
+    fail: Callable[[str], InputFileError],
+    block_shapes: list[dict[str, tuple[int, ...]]],
 ) -> None:
-    """Consistency of a read-back ModelWeights, so a damaged file fails here, not later."""
-    d, inner = mw.d_model, mw.blocks[0].W_V.shape[0] if mw.blocks else 0
-    if not mw.blocks:
+    """Consistency of a read-back ModelWeights, so a damaged file fails here, not later.
+
+    ``block_shapes``: per block, the (K/V expanded) shape of each field present."""
+    if not block_shapes:
         raise fail("no blocks/")
-    if F is None and not mw.factored:
+    d, inner = mw.d_model, block_shapes[0]["W_V"][0]
+    if F_shape is None and not mw.factored:
         raise fail("missing dataset F")
-    if F is not None and F.shape != (len(mw.blocks), d, d):
-        raise fail(f"F has shape {F.shape}, expected ({len(mw.blocks)}, {d}, {d})")
+    if F_shape is not None and tuple(F_shape) != (len(mw.blocks), d, d):
+        raise fail(f"F has shape {tuple(F_shape)}, expected ({len(mw.blocks)}, {d}, {d})")
     if inner % mw.n_heads:
         raise fail(f"W_V has {inner} rows, not a multiple of n_heads={mw.n_heads}")
     expect = {
@@ -431,14 +597,13 @@ def _check_shapes(
     }
     expect_optional = {"q_norm": (inner // mw.n_heads,), "k_norm": (inner // mw.n_heads,),
                        "post_norm": (d,)}  # fmt: skip
-    for b, blk in enumerate(mw.blocks):
+    for b, got in enumerate(block_shapes):
         for name, shape in expect.items():
-            if getattr(blk, name).shape != shape:
-                raise fail(f"blocks/{b}/{name} has shape {getattr(blk, name).shape}, not {shape}")
+            if tuple(got[name]) != shape:
+                raise fail(f"blocks/{b}/{name} has shape {tuple(got[name])}, not {shape}")
         for name, shape in expect_optional.items():
-            value = getattr(blk, name)
-            if value is not None and value.shape != shape:
-                raise fail(f"blocks/{b}/{name} has shape {value.shape}, not {shape}")
+            if name in got and tuple(got[name]) != shape:
+                raise fail(f"blocks/{b}/{name} has shape {tuple(got[name])}, not {shape}")
     if mw.norm not in ("layernorm", "rmsnorm") or mw.residual not in ("sequential", "parallel"):
         raise fail(f"norm {mw.norm!r} / residual {mw.residual!r} not understood")
     kv = mw.n_kv_heads or mw.n_heads

@@ -415,14 +415,16 @@ def simplified_forward(
     X = _unit(X) if start == 0 else np.array(X, dtype=np.float64)
     states[0] = X
     A_full = _uniform_attention(n, mw.causal) if attention == "full" else None
-    # W_O W_V once per block (a prolonged ALBERT reuses one); a factored (grouped-query)
-    # model applies F x as W_O'(W_V' x) instead: 2 d r flops per token, never d x d
+    # W_O W_V once per run of layers of one block (ALBERT's shared one, a prolonged run's
+    # repeated last one: a block's layers are consecutive), only the current block's kept,
+    # so a lazily read mw holds one block; a factored (grouped-query) model applies F x as
+    # W_O'(W_V' x) instead: 2 d r flops per token, never d x d
     F: dict[int, Any] = {}
     for t, (b, kind, layer) in enumerate(sched):
         blk = mw.blocks[b]
         if A_full is not None:
             if b not in F:
-                F[b] = mw.ov_factors(blk) if mw.factored else blk.F
+                F = {b: mw.ov_factors(blk) if mw.factored else blk.F}
             if mw.factored:
                 W_O, W_V = F[b]
                 drift = ((A_full @ X) @ W_V.T) @ W_O.T

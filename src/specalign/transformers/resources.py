@@ -17,15 +17,25 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
 (``unit32``) and, while a tensor is cast, that tensor in its stored dtype:
 
 * ``random_model``: the unit being drawn in float32 and its cast copy;
-* ``extract_weights``: one block at a time in float64 (it streams the checkpoint);
-* ``spectra``: the float64 attention weights of every block (4 d^2 B x 8) and LAPACK's
-  work arrays for one d x d eigen-decomposition (about 8 d^2 x 8);
+* ``extract_weights``: one block at a time in float64 (it streams the checkpoint): W_Q,
+  W_K, W_V, W_O at n_heads (4 d H d_head), their float32 reading, the key/value rows and
+  W_O' at n_kv_heads written (3 d r), and F (d^2) only where the block is not factored
+  (r = n_kv_heads d_head >= d);
+* ``spectra``: reads ``weights.h5`` a block at a time and decomposes up to ``threads``
+  blocks at once (:func:`specalign.transformers.spectra.map_blocks`), each holding its
+  float64 weights (4 d H d_head, K and V expanded, and W_O's transposed copy for the
+  per-head products), the factors W_O', W_V' and the key/value rows read (4 d r), F
+  (d^2) only for a dense block, and LAPACK's work arrays for one n x n
+  eigen-decomposition (about 8 n^2 x 8; n = r for a factored block, d otherwise); the
+  per-block results (the directions and listed eigenvalues) of every block;
 * ``propagate``: the streamed unit with the float32 hidden states of every layer (twice
-  while transformers' tuple is copied out), then the float64 weights with those states
-  and the states of every simplified run (T + 1 states of P N tokens, two attention
-  readings, and the metrics' normalised copies);
-* ``steer``: the embeddings for the embedding output; the float64 weights with one run of
-  states and every variant's W_O', Delta W_O and F'; the streamed causal LM with the
+  while transformers' tuple is copied out), then two blocks' float64 weights (read from
+  ``weights.h5`` a block at a time: the one in use and the next) and the current block's
+  F or factors, with those states and the states of every simplified run (T + 1 states
+  of P N tokens, two attention readings, and the metrics' normalised copies);
+* ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
+  a block at a time, as propagate) with one run of states and every variant's W_O',
+  Delta W_O and F'; the streamed causal LM with the
   variants' W_O (float64 and their float32 copy), the replayed layer output and the
   last position's logits.
 
@@ -90,6 +100,21 @@ class ModelSize:
     stored_bytes: float = 4.0
     #: H d_head: the width of W_O's input (the steering variants are d x H d_head)
     inner: int = 0
+    #: r = n_kv_heads d_head, the rank bound of F = W_O W_V (0: the same as ``inner``);
+    #: a block with r < d is handled through its factors, without a d x d F (issue 14)
+    rank: int = 0
+    #: the width of one attention head (0: unknown, taken as 128)
+    d_head: int = 0
+
+    @property
+    def factored(self) -> bool:
+        """Whether F is kept and decomposed as its factors (r < d)."""
+        return (self.rank or self.inner or self.d_model) < self.d_model
+
+    @property
+    def eig_size(self) -> int:
+        """n of the n x n eigen-decomposition per block: r when factored, else d."""
+        return (self.rank or self.inner or self.d_model) if self.factored else self.d_model
 
 
 @dataclass(frozen=True)
@@ -224,33 +249,48 @@ def model_size(config: Mapping[str, Any], model_dir: str | Path | None = None) -
         tensor_params=max(vocab * d, d * f * (2 if adapter.model_type == "phi3" else 1)),
         stored_bytes=stored_bytes_per_value(config, model_dir),
         inner=adapter.n_heads * adapter.d_head,
+        rank=int(adapter.n_kv_heads or adapter.n_heads) * adapter.d_head,
+        d_head=adapter.d_head,
     )
 
 
-def phase_bytes(rule: str, s: ModelSize, w: Workload) -> dict[str, float]:
+def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[str, float]:
     """The arrays the job of ``rule`` holds in each of its phases (see the module doc),
-    in bytes, by phase name; the phases that stream the real model are ``streamed*``."""
+    in bytes, by phase name; the phases that stream the real model are ``streamed*``.
+    ``threads``: the job's cores (``spectra`` decomposes that many blocks at once)."""
     d, L, B = s.d_model, s.n_layers, s.n_blocks
     # a streamed unit in float32 while its largest tensor is cast from the stored dtype
     unit = 4.0 * (s.unit_params or s.n_params) + s.stored_bytes * s.tensor_params
     states32 = (L + 1) * w.tokens * d * 4.0
-    weights64 = 8.0 * 4 * d * d * B
     run = (w.layers_run + 1) * w.tokens * d * 8.0
     inner = s.inner or d
+    r, n = s.rank or inner, s.eig_size
+    dense_F = 0.0 if s.factored else 1.0 * d * d
+    # one block in float64 as read (K, V expanded), with the grouped rows and W_O'
+    block64 = 8.0 * (4 * d * inner + 3 * d * r + dense_F)
+    # ... and what one decomposition adds: W_O's transposed copy (per-head products),
+    # the factors W_O', W_V', LAPACK's n x n work arrays
+    eig64 = 8.0 * (d * inner + 2 * d * r + 8 * n * n)
+    # per block kept to the end: 13 d-vectors (v1, v2, directions, bases), n eigenvalues
+    results = B * 8.0 * (13 * d + 2 * n) * 2  # and their stacked copy in the dataset
     phases = {
         "random_model": {"streamed twin": unit},
-        "extract_weights": {"blocks": 8.0 * 10 * d * d + 2 * 4.0 * d * d},
-        "spectra": {"blocks": weights64 + 8.0 * 8 * d * d},
+        "extract_weights": {"block": block64 + 2 * 4.0 * d * inner},
+        "spectra": {"blocks": min(max(int(threads), 1), B) * (block64 + eig64) + results},
         # transformers' tuple of states and their copy, then the real model's states
         # stay while the simplified runs and their metrics run
+        # the simplified runs read weights.h5 a block at a time (the block in use and
+        # the next one while it is read), with the current block's F or factors
         "propagate": {
             "streamed real model": unit + 2 * states32,
-            "simplified runs": weights64 + states32 + 2 * run * 3,
+            "simplified runs": 2 * block64 + 8.0 * (2 * d * r if s.factored else d * d)
+            + states32 + 2 * run * 3,
         },
         "steer": {
             "streamed embeddings": unit,
             # the variants' W_O', Delta and F' (d x d each) are held together
-            "simplified steering": weights64
+            # weights.h5 read a block at a time: the block in use, the next being read
+            "simplified steering": 2 * block64
             + 3 * (L + 1) * w.tokens * d * 8.0
             + w.variants * 3 * d * d * 8.0,
             # the variants' W_O (float64, one float32 copy at a time), the replayed
@@ -267,9 +307,9 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload) -> dict[str, float]:
     return phases[rule]
 
 
-def mem_bytes(rule: str, s: ModelSize, w: Workload) -> float:
+def mem_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> float:
     """The arrays the job of ``rule`` holds at its peak (the largest of its phases)."""
-    return max(phase_bytes(rule, s, w).values())
+    return max(phase_bytes(rule, s, w, threads).values())
 
 
 def work_seconds(rule: str, s: ModelSize, w: Workload, threads: int) -> float:
@@ -277,6 +317,16 @@ def work_seconds(rule: str, s: ModelSize, w: Workload, threads: int) -> float:
     d, L, B = s.d_model, s.n_layers, s.n_blocks
     cores = max(int(threads), 1)
     eig = 25.0 * d**3 / (RATES["eig"] * cores)
+    inner = s.inner or d
+    r, n = s.rank or inner, s.eig_size
+    # a block's float64 weights.h5 datasets (K, V and W_O' at n_kv_heads; F if dense)
+    block_file = 8.0 * (2 * d * inner + 2 * d * r + (d * r if s.factored else d * d))
+    # spectra per block: the n x n decomposition, M = W_V' W_O' (2 d r^2), the
+    # per-head products W_V^h W_O^h (2 d inner d_head) and their eigenvalues (eigvals,
+    # ~10 d_head^3 a head)
+    dh = s.d_head or 128
+    spectra_block = (25.0 * n**3 + 10.0 * inner * dh * dh) / RATES["eig"]
+    spectra_block += (2.0 * d * r * r * s.factored + 2.0 * d * inner * dh) / RATES["gemm64"]
     forward = 2.0 * s.n_params * w.tokens / (RATES["forward32"] * cores)
     io = s.stored_bytes * s.n_params / RATES["io"]
     # one simplified layer: Q, K, V, O products of every token (4 x 2 d^2 flops each)
@@ -286,8 +336,11 @@ def work_seconds(rule: str, s: ModelSize, w: Workload, threads: int) -> float:
     metrics /= RATES["gemm64"] * cores
     work = {
         "random_model": 2 * io,
-        "extract_weights": io + B * 2.0 * d**3 / (RATES["gemm64"] * cores),
-        "spectra": B * eig,
+        # F = W_O W_V (2 d^2 H d_head) only where it is stored; writing the blocks
+        "extract_weights": io
+        + B * (0.0 if s.factored else 2.0 * d * d * inner) / (RATES["gemm64"] * cores)
+        + B * block_file / RATES["io"],
+        "spectra": B * spectra_block / cores + B * block_file / RATES["io"],
         "propagate": io + forward + 2 * w.layers_run * layer + metrics,
         "steer": 2 * io + 2 * forward + L * layer + w.variants * (eig + layer),
     }
@@ -298,6 +351,6 @@ def work_seconds(rule: str, s: ModelSize, w: Workload, threads: int) -> float:
 
 def job_resources(rule: str, s: ModelSize, w: Workload, threads: int) -> dict[str, int]:
     """``mem_mb`` and ``runtime`` (minutes) of the job of ``rule`` for this model."""
-    mem = BASE_BYTES + SAFETY * mem_bytes(rule, s, w)
+    mem = BASE_BYTES + SAFETY * mem_bytes(rule, s, w, threads)
     minutes = RUNTIME_FLOOR_MIN + RUNTIME_MARGIN * work_seconds(rule, s, w, threads) / 60
     return {"mem_mb": int(math.ceil(mem / 1e6 / 100) * 100), "runtime": int(math.ceil(minutes))}

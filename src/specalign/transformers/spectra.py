@@ -469,7 +469,9 @@ def spectra_dataset(
     (:func:`spectrum_factored`), the others dense d. ``threads``:
     decompose up to that many blocks at once (:func:`map_blocks`) on the CPU.
     ``device``: where the decompositions run (the CPU, or a CUDA device, one block at a
-    time; :func:`eig`).
+    time; :func:`eig`). Each block is taken from ``mw.blocks`` when its decomposition
+    starts and dropped when it ends, so with ``mw`` read lazily (the spectra rule) the
+    peak is ``threads`` blocks, not the model.
     """
     import xarray as xr
 
@@ -478,7 +480,10 @@ def spectra_dataset(
     listed = mw.rank_bound if factored else d  # eigenvalues per block in the eig dim
     n = listed if n_eigs is None else max(1, min(int(n_eigs), listed))
 
-    def one(blk: Any) -> dict[str, Any]:
+    def one(b: int) -> dict[str, Any]:
+        # read here, per block: a lazily read weights.h5 (read_weights_h5(lazy=True)) then
+        # holds at most ``threads`` blocks' weights at a time, never the model's
+        blk = mw.blocks[b]
         if factored:
             out = spectrum_factored(*mw.ov_factors(blk), eta, vectors=True, device=device)
         else:
@@ -486,7 +491,7 @@ def spectra_dataset(
         out["heads"] = head_spectra(mw, blk, device)
         return out
 
-    per_block = map_blocks(one, mw.blocks, threads if device == "cpu" else 1)
+    per_block = map_blocks(one, range(len(mw.blocks)), threads if device == "cpu" else 1)
 
     def stack(key: str, part: str | None = None) -> np.ndarray:
         arr = np.stack([np.asarray(s[key]) for s in per_block])

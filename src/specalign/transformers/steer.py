@@ -40,7 +40,7 @@ from specalign.transformers import contracts, propagate, spectra, streaming
 from specalign.transformers.families import family
 from specalign.transformers.propagate import Corr
 from specalign.transformers.variables import STEERING, describe
-from specalign.transformers.weights import ModelWeights
+from specalign.transformers.weights import BlockWeights, ModelWeights
 
 Method = Literal["min_norm", "lstsq"]
 
@@ -283,16 +283,48 @@ def steered_weights(mw: ModelWeights, W_O_new: np.ndarray) -> ModelWeights:
     last = int(mw.layer_block[-1])
     if W_O_new.shape != mw.blocks[last].W_O.shape:
         raise ValueError(f"new W_O {W_O_new.shape} != old {mw.blocks[last].W_O.shape}")
-    out = dataclasses.replace(mw, blocks=list(mw.blocks))
     block = dataclasses.replace(mw.blocks[last], W_O=W_O_new.copy())
-    layer_block = np.asarray(out.layer_block).copy()
-    if np.count_nonzero(layer_block == last) == 1:
+    layer_block = np.asarray(mw.layer_block).copy()
+    own = np.count_nonzero(layer_block == last) == 1
+    if not isinstance(mw.blocks, list):  # read lazily: the other blocks stay in the file
+        out = dataclasses.replace(mw, blocks=_ReplacedBlocks(mw.blocks, last, block, own))
+        if not own:
+            layer_block[-1] = len(mw.blocks)
+        out.layer_block = layer_block
+        return out
+    out = dataclasses.replace(mw, blocks=list(mw.blocks))
+    if own:
         out.blocks[last] = block
     else:
         out.blocks.append(block)
         layer_block[-1] = len(out.blocks) - 1
     out.layer_block = layer_block
     return out
+
+
+class _ReplacedBlocks(Sequence[BlockWeights]):
+    """``base`` (a lazily read model's blocks) with block ``index`` replaced by ``block``
+    (``replace``), or with ``block`` appended after them: :func:`steered_weights` of a
+    lazily read model, which reads no block it does not run."""
+
+    def __init__(self, base: Sequence[BlockWeights], index: int, block: BlockWeights,
+                 replace: bool) -> None:  # fmt: skip
+        self.base, self.index, self.block, self.replace = base, index, block, replace
+        self.d_head = getattr(base, "d_head", None)
+
+    def __len__(self) -> int:
+        return len(self.base) + (0 if self.replace else 1)
+
+    def __getitem__(self, b: Any) -> Any:
+        if isinstance(b, slice):
+            return [self[i] for i in range(*b.indices(len(self)))]
+        n, b = len(self), int(b)
+        if not -n <= b < n:
+            raise IndexError(f"block {b} of {n}")
+        b %= n
+        if b == (self.index if self.replace else len(self.base)):
+            return self.block
+        return self.base[b]
 
 
 def steer_model_weights(
@@ -671,7 +703,10 @@ def steering_dataset(
     if target.warning and progress:
         progress(f"warning: {target.warning}")
     X0, e = model_inputs(model_dir, ids, target.token_id, device)
-    mw = weights if isinstance(weights, ModelWeights) else contracts.read_weights_h5(weights)
+    # a weights.h5 is read a block at a time (the steered runs read only the last)
+    if not isinstance(weights, ModelWeights):
+        weights = contracts.read_weights_h5(weights, lazy=True)
+    mw = weights
     u = _unit(model_space(mw, e))
     methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
     out = _SteeringArrays((len(methods), len(cs)), *ids.shape, mw.n_layers, mw.layer_block)
@@ -724,13 +759,14 @@ def _simplified_steering(
     """Every (method, c) variant through the simplified model, recorded in ``out``;
     returns the steered W_O of each variant in (method, c) order."""
     last = int(mw.layer_block[-1])
-    blk = mw.blocks[last]
     if directions is None:
         directions = [propagate.block_principal_directions(mw, b) for b in mw.blocks]
     base = propagate.simplified_forward(mw, X0, eta, "real")
     base_layers = propagate.alignment(
         base, propagate.layer_directions(mw, directions=directions)["v1"]
     )
+    # after the pass, whose last block a lazily read mw keeps: no block is read twice
+    blk = mw.blocks[last]
     # one BLAS thread per decomposition, several at once (spectra.map_blocks): the
     # result does not depend on the thread count, and LAPACK's eigen-solver uses a second
     # core poorly

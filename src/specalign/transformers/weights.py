@@ -7,6 +7,7 @@ See ``specalign.transformers`` for the convention (y = W x + b, W as (out, in)).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,7 +61,7 @@ class ModelWeights:
     d_model: int
     n_heads: int
     n_layers: int
-    blocks: list[BlockWeights]
+    blocks: Sequence[BlockWeights]  # a list, or contracts.LazyBlocks (read per index)
     layer_block: np.ndarray  # (n_layers,) int: block index of each layer
     ln_position: str  # "post" (BERT/ALBERT/...) or "pre" (GPT-2/Llama/...)
     causal: bool
@@ -90,7 +91,9 @@ class ModelWeights:
 
     @property
     def d_head(self) -> int:
-        return self.blocks[0].W_V.shape[0] // self.n_heads
+        # a lazily read file's blocks know it from the shapes, without reading a block
+        known = getattr(self.blocks, "d_head", None)
+        return int(known) if known is not None else self.blocks[0].W_V.shape[0] // self.n_heads
 
     @property
     def kv_heads(self) -> int:
