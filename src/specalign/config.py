@@ -21,24 +21,13 @@ from typing import Any
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+from specalign.schema import SCHEMA_PATH, ConfigError, load_schema  # noqa: F401 (re-exported)
+
 #: Seeds are stored as int64 (``seeds`` in trajectories.h5, attributes).
 MAX_SEED = 2**63 - 1
 #: The sphere dynamics square eta * lambda (the norm of x + eta F x, the supplement's
 #: radial values): beyond sqrt(float64 max) ~ 1.3e154 they overflow. Kept well below.
 MAX_SPHERE_STEP = 1e150
-
-
-class ConfigError(ValueError):
-    """The configuration breaks the schema or a cross-key rule; the message names the key."""
-
-
-def load_schema(path: str | Path | None = None) -> dict[str, Any]:
-    schema_path = Path(path) if path else SCHEMA_PATH
-    if not schema_path.exists():
-        raise ConfigError(f"schema not found at {schema_path}")
-    with open(schema_path) as fh:
-        return yaml.safe_load(fh)
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

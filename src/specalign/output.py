@@ -29,7 +29,7 @@ log = logging.getLogger("specalign")
 
 def figure_formats() -> tuple[str, ...]:
     """Every figure format the workflow can write (``plots.formats`` of the schema)."""
-    from specalign.config import load_schema
+    from specalign.schema import load_schema
 
     plots = load_schema()["properties"]["plots"]["properties"]
     return tuple(plots["formats"]["items"]["enum"])
