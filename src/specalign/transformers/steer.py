@@ -142,10 +142,7 @@ def steer(
     rhs = target * u - F @ u  # what Delta must add to F u
     a = W_V @ u
     if method == "min_norm":
-        na2 = float(a @ a)
-        if na2 == 0.0:
-            raise ValueError("W_V u = 0: no change of W_O alone can make u an eigenvector")
-        delta = np.outer(rhs, a) / na2
+        delta = _min_norm_delta(rhs, a)
     elif method == "lstsq":
         pinv = W_V_pinv if W_V_pinv is not None else _pinv(W_V, rcond)
         delta = np.outer(rhs, u @ pinv)
@@ -154,8 +151,37 @@ def steer(
     W_new = W_O + delta
     F_new = W_new @ W_V
     lam, vecs = spectra.sorted_eig(F_new)
+    return _steering_result(
+        method, W_O, W_new, delta, W_V, target, r, F_new @ u - target * u,
+        lam, spectra.directions(lam, vecs), top=lam.real.max(),
+    )  # fmt: skip
+
+
+def _min_norm_delta(rhs: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """The smallest Delta (Frobenius norm) with Delta a = rhs, a = W_V u (Sec. 3.3)."""
+    na2 = float(a @ a)
+    if na2 == 0.0:
+        raise ValueError("W_V u = 0: no change of W_O alone can make u an eigenvector")
+    return np.outer(rhs, a) / na2
+
+
+def _steering_result(
+    method: str,
+    W_O: np.ndarray,
+    W_new: np.ndarray,
+    delta: np.ndarray,
+    W_V: np.ndarray,
+    target: float,
+    r: float,
+    miss: np.ndarray,
+    eigenvalues: np.ndarray,
+    directions: dict[str, Any],
+    top: float,
+) -> SteeringResult:
+    """One steering variant's result; ``miss`` is F' u - c r u, whose relative norm is the
+    stored residual (u an exact eigenvector: round-off), ``top`` F''s largest real
+    eigenvalue, which decides whether u is now the leading direction."""
     scale = max(abs(target), np.finfo(float).tiny)
-    top = lam.real.max()
     return SteeringResult(
         method=method,
         W_O=W_new,
@@ -164,10 +190,10 @@ def steer(
         target_eigenvalue=float(target),
         old_spectral_radius=r,
         relative_change=float(np.linalg.norm(delta) / np.linalg.norm(W_O)),
-        residual=float(np.linalg.norm(F_new @ u - target * u) / scale),
+        residual=float(np.linalg.norm(miss) / scale),
         u_is_leading=bool(target >= top - 1e-9 * max(1.0, abs(top))),
-        eigenvalues=lam,
-        directions=spectra.directions(lam, vecs),
+        eigenvalues=eigenvalues,
+        directions=directions,
     )
 
 
@@ -219,10 +245,7 @@ def _steer_factored(
     a = W_V @ u
     rhs = target * u - W_O @ a  # what Delta must add to F u
     if method == "min_norm":
-        na2 = float(a @ a)
-        if na2 == 0.0:
-            raise ValueError("W_V u = 0: no change of W_O alone can make u an eigenvector")
-        delta = np.outer(rhs, a) / na2
+        delta = _min_norm_delta(rhs, a)
     elif method == "lstsq":
         pinv = W_V_pinv if W_V_pinv is not None else _pinv(W_Vg, rcond)
         g = n_heads // n_kv_heads
@@ -231,21 +254,11 @@ def _steer_factored(
         raise ValueError(f"method must be 'min_norm' or 'lstsq', got {method!r}")
     W_new = W_O + delta
     spec = spectra.spectrum_factored(*factors(W_new), eta=1.0)
-    scale = max(abs(target), np.finfo(float).tiny)
     top = max(float(spec["eigenvalues"].real.max()), 0.0)  # F' has exact zeros too
-    return SteeringResult(
-        method=method,
-        W_O=W_new,
-        delta=delta,
-        W_V=W_V,
-        target_eigenvalue=float(target),
-        old_spectral_radius=r,
-        relative_change=float(np.linalg.norm(delta) / np.linalg.norm(W_O)),
-        residual=float(np.linalg.norm(W_new @ a - target * u) / scale),
-        u_is_leading=bool(target >= top - 1e-9 * max(1.0, abs(top))),
-        eigenvalues=spec["eigenvalues"],
-        directions=spec["directions"],
-    )
+    return _steering_result(
+        method, W_O, W_new, delta, W_V, target, r, W_new @ a - target * u,
+        spec["eigenvalues"], spec["directions"], top=top,
+    )  # fmt: skip
 
 
 def _pinv(W_V: np.ndarray, rcond: float | None = None) -> np.ndarray:
