@@ -217,6 +217,11 @@ class FamilyAdapter(ABC):
     prefixes: ClassVar[tuple[str, ...]]
     #: One block serves every layer (ALBERT): the paper's shared-weight case.
     shared_weights: ClassVar[bool] = False
+    #: ``read_block`` expands K and V (and their biases) to the query heads, the package
+    #: convention; ``extract_to_h5`` sets it False on its adapter for a factored model,
+    #: whose weights.h5 stores them at the key/value heads (expanding them only to group
+    #: them back cost a third of that job's time at Mistral-7B's width, issue 14).
+    kv_expanded: bool = True
     #: ``AutoModelForCausalLM`` gives next-token probabilities (used by steering).
     causal_lm: ClassVar[bool] = False
     #: Attribute of the base ``AutoModel`` holding the final norm, for families whose
@@ -343,9 +348,9 @@ class FamilyAdapter(ABC):
         **optional: np.ndarray,
     ) -> BlockWeights:
         """Assemble and shape-check a block; K and V (and their biases) are expanded from
-        ``n_kv_heads`` to ``n_heads`` heads; absent biases become zeros with has_bias
-        False. ``optional``: ``q_norm``, ``k_norm`` (d_head,) and ``post_norm`` (d_model,)
-        effective gains."""
+        ``n_kv_heads`` to ``n_heads`` heads (unless ``kv_expanded`` is False); absent
+        biases become zeros with has_bias False. ``optional``: ``q_norm``, ``k_norm``
+        (d_head,) and ``post_norm`` (d_model,) effective gains."""
         inner, kv, d = self.n_heads * self.d_head, self.n_kv_heads * self.d_head, self.d_model
         expect = {"Q": (inner, d), "K": (kv, d), "V": (kv, d), "O": (d, inner)}
         parts = {"Q": q, "K": k, "V": v, "O": o}
@@ -366,14 +371,16 @@ class FamilyAdapter(ABC):
             if arr.shape != (sizes[name],):
                 raise ValueError(f"{where}: {name} has shape {arr.shape}, not {(sizes[name],)}")
 
+        expand = self.kv_expanded
+
         def weight(key: str) -> np.ndarray:
             w = parts[key][0]
-            return expand_kv(w, self.n_heads, self.n_kv_heads) if key in "KV" else w
+            return expand_kv(w, self.n_heads, self.n_kv_heads) if expand and key in "KV" else w
 
         def bias(key: str) -> np.ndarray:
             b = parts[key][1]
             b = np.zeros(expect[key][0]) if b is None else b
-            return expand_kv(b, self.n_heads, self.n_kv_heads) if key in "KV" else b
+            return expand_kv(b, self.n_heads, self.n_kv_heads) if expand and key in "KV" else b
 
         return BlockWeights(
             **{f"W_{key}": weight(key) for key in parts},

@@ -575,11 +575,17 @@ def _unit_rows(X: np.ndarray, corr: Corr) -> np.ndarray:
     """Rows of X prepared so that a dot product is the correlation: centred over the d
     components for Pearson, then divided by their norm (zero rows become NaN)."""
     X = np.asarray(X, dtype=np.float64)
-    if corr == "pearson":
+    centred = corr == "pearson"
+    if centred:
         X = X - X.mean(axis=-1, keepdims=True)
     norm = np.linalg.norm(X, axis=-1, keepdims=True)
+    # one result array (the centred copy itself for Pearson) rather than the quotient and
+    # its np.where copy: for the (T + 1, P, N, d) states of a 7B model each is 1.6 GB
+    # (issue 14); the values are the same
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(norm > 0, X / np.where(norm > 0, norm, 1.0), np.nan)
+        out = np.divide(X, np.where(norm > 0, norm, 1.0), out=X if centred else None)
+    out[~(norm[..., 0] > 0)] = np.nan
+    return out
 
 
 def _align(Su: np.ndarray, Mu: np.ndarray, dirs: np.ndarray) -> dict[str, np.ndarray]:
@@ -783,14 +789,22 @@ def _mode_metrics(
     draws = [_align(Su, Mu, _unit_rows(rand[r, :Tm], corr)) for r in range(rand.shape[0])]
     for k in _ALIGN_DIMS:
         out[k + "_null"] = np.mean([dr[k] for dr in draws], axis=0)
-    after = S[1:]
-    out["gamma_v2"] = np.abs(correlation(after, dirs["v2"][:Tm, None, None, :], corr)).reshape(
-        Tm, -1
+    del Su, draws  # the unit rows go before the projections below are made
+    # layer by layer: each value is computed from its own layer's rows alone, so the
+    # temporaries (the projections, Pearson's centred copies, the unit tokens) are one
+    # layer's, not the run's (T + 1) P N d (1.6 GB each for a 7B model; issue 14)
+    P, N, d = S.shape[1:]
+    gamma_v2, corr_proj = np.empty((Tm, P * N)), np.empty((Tm, P * N))
+    for t in range(Tm):
+        after = S[t + 1]
+        gamma_v2[t] = np.abs(correlation(after, dirs["v2"][t], corr)).reshape(-1)
+        coef = np.einsum("dk,pnd->pnk", bases[t], after)
+        proj_x = np.einsum("dk,pnk->pnd", bases[t], coef)
+        corr_proj[t] = np.abs(correlation(after, proj_x, corr)).reshape(-1)
+    out["gamma_v2"], out["corr_proj"] = gamma_v2, corr_proj
+    out["token_distance"] = np.stack(
+        [token_distance(S[t], normalize=normalize_distance) for t in range(Tm + 1)]
     )
-    coef = np.einsum("tdk,tpnd->tpnk", bases[:Tm], after)
-    proj_x = np.einsum("tdk,tpnk->tpnd", bases[:Tm], coef)
-    out["corr_proj"] = np.abs(correlation(after, proj_x, corr)).reshape(Tm, -1)
-    out["token_distance"] = token_distance(S, normalize=normalize_distance)
     return out
 
 

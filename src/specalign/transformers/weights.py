@@ -132,8 +132,16 @@ def ov_factors(blk: BlockWeights, n_heads: int, n_kv_heads: int) -> tuple[np.nda
     group = n_heads // n_kv_heads
     d_head = blk.W_V.shape[0] // n_heads
     W_V = blk.W_V.reshape(n_kv_heads, group, d_head, d)[:, 0].reshape(n_kv_heads * d_head, d)
-    W_O = blk.W_O.reshape(d, n_kv_heads, group, d_head).sum(axis=2)
-    return W_O.reshape(d, n_kv_heads * d_head), np.ascontiguousarray(W_V)
+    return grouped_output(blk.W_O, n_heads, n_kv_heads), np.ascontiguousarray(W_V)
+
+
+def grouped_output(W_O: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """W_O' (d, n_kv_heads*d_head) of :func:`ov_factors` from W_O (d, n_heads*d_head)
+    alone: for each key/value head, the sum of the output columns of its query heads."""
+    d, inner = W_O.shape
+    d_head = inner // n_heads
+    W_O = W_O.reshape(d, n_kv_heads, n_heads // n_kv_heads, d_head).sum(axis=2)
+    return W_O.reshape(d, n_kv_heads * d_head)
 
 
 def group_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
