@@ -104,6 +104,10 @@ def rates(threads: int, folder: Path) -> dict[str, float]:
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         best = min(_timed(lambda a=a, b=b: a @ b) for _ in range(3))
         out[f"gemm_{str(dtype)[6:]}"] = 2.0 * n**3 / best
+        # per CPU second of the threads: what an idle machine gives (on shared cores
+        # the wall rate moves with the other sessions' load)
+        best = min(_timed(lambda a=a, b=b: a @ b, cpu=True) for _ in range(3))
+        out[f"gemm_{str(dtype)[6:]}_cpu"] = 2.0 * n**3 / best * threads
     # the floor of a non-symmetric eigen-decomposition: LAPACK geev with vectors of a
     # random n x n float64 matrix on one BLAS thread (as the spectra rule runs each
     # block), n = the r of the grouped-query shapes, in 25 n^3 "flops" per second
@@ -112,6 +116,7 @@ def rates(threads: int, folder: Path) -> dict[str, float]:
     m = np.random.default_rng(0).standard_normal((1024, 1024))
     with threadpool_limits(1):
         out["geev_1024"] = 25.0 * 1024**3 / _timed(lambda: np.linalg.eig(m))
+        out["geev_1024_cpu"] = 25.0 * 1024**3 / _timed(lambda: np.linalg.eig(m), cpu=True)
     t = torch.empty(2**26)
     out["normal"] = t.numel() / min(_timed(t.normal_) for _ in range(2))
     path = folder / "rate.bin"
@@ -133,10 +138,11 @@ def rates(threads: int, folder: Path) -> dict[str, float]:
     return out
 
 
-def _timed(fn: Any) -> float:
-    t0 = time.perf_counter()
+def _timed(fn: Any, cpu: bool = False) -> float:
+    clock = time.process_time if cpu else time.perf_counter
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def drop_cache(path: Path) -> None:
@@ -196,7 +202,9 @@ def work(cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
                   + h5},
         "extract_weights": {"flops64": L * 2.0 * d * d * H * dh * (r >= d),
                             "read": attn_read, "written": h5},
-        "spectra": {"flops64": eig64, "read": h5, "geev_flops": L * 25.0 * n**3},
+        # a factored block's spectra read W_O, W_V' and W_O' only (the dense ones the block)
+        "spectra": {"flops64": eig64, "geev_flops": L * 25.0 * n**3,
+                    "read": 8.0 * L * (d * H * dh + 2 * d * r) if r < d else h5},
         "random_model": {"draws": 2.0 * n_params, "written": b * n_params},
         "propagate_real": {"flops32": 2.0 * L * layer * tokens + attn,
                            "read": b * (L * layer + embed + d)},
@@ -408,6 +416,17 @@ def main() -> int:
                 rest = (w["flops64"] - w["geev_flops"]) / r["gemm_float64"]
                 m["floor_s"] = max(geev + rest, w["read"] / r["read"])
                 m["ratio_floor"] = m["wall_s"] / m["floor_s"]
+                # the same by CPU time (the compute part only: the reads' CPU is small)
+                geev = w["geev_flops"] / r["geev_1024_cpu"]
+                rest = (w["flops64"] - w["geev_flops"]) / r["gemm_float64_cpu"]
+                m["floor_cpu_s"] = geev + rest
+                m["ratio_floor_cpu"] = m["cpu_s"] / args.threads / m["floor_cpu_s"]
+            if w and job != "random_model":
+                # measured CPU time per thread against the compute ideal at the CPU rates
+                compute = w.get("flops64", 0.0) / r["gemm_float64_cpu"]
+                compute += w.get("flops32", 0.0) / r["gemm_float32_cpu"]
+                m["ideal_cpu_s"] = compute
+                m["ratio_cpu"] = m["cpu_s"] / args.threads / compute if compute else float("nan")
             jobs[job] = m
             print(f"{job:<16}{flops / 1e9:>9.0f}{io / 1e9:>8.2f}{best:>9.1f}{m['wall_s']:>9.1f}"
                   f"{m['cpu_s']:>8.1f}{m['wall_s'] / best:>7.2f}{m['max_rss'] / GIB:>9.2f}"
