@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from specalign.transformers.families import family
+from specalign.transformers.families import adapter_class
 
 _ROPE = {"max_position_embeddings": 64, "vocab_size": 96}
 _GQA = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -105,7 +105,7 @@ def head_class(model_type: str) -> Any:
     the family has one, else the masked LM."""
     import transformers
 
-    if family(model_type).causal_lm:
+    if adapter_class(model_type).causal_lm:
         return transformers.AutoModelForCausalLM
     return transformers.AutoModelForMaskedLM
 

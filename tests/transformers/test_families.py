@@ -38,7 +38,7 @@ from specalign.transformers import propagate as prop
 from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
-from specalign.transformers.families import FAMILIES, expand_kv, family
+from specalign.transformers.families import FAMILIES, adapter_class, expand_kv
 
 torch.set_num_threads(1)
 
@@ -179,7 +179,7 @@ def test_F_equals_the_map_measured_from_the_attention_module(cases: dict, name: 
 def test_weights_h5_describes_the_family(cases: dict, name: str) -> None:
     case = cases[name]
     mw, cfg = case.mw, case.model.config
-    adapter = family(case.model_type)
+    adapter = adapter_class(case.model_type)
     assert mw.family == case.model_type and mw.norm == adapter.norm
     assert mw.d_head * mw.n_heads == case.mw.blocks[0].W_O.shape[1]
     assert mw.n_kv_heads == (getattr(cfg, "num_key_value_heads", None) or mw.n_heads)
@@ -310,7 +310,9 @@ def test_simplified_real_update_uses_the_family_attention(cases: dict, name: str
     np.testing.assert_allclose(step, Y / np.linalg.norm(Y, axis=-1, keepdims=True), atol=1e-12)
 
 
-@pytest.mark.parametrize("name", [c for c in CASES if family(CONFIGS[c]["model_type"]).causal_lm])
+@pytest.mark.parametrize(
+    "name", [c for c in CASES if adapter_class(CONFIGS[c]["model_type"]).causal_lm]
+)
 def test_steering_through_the_output_projection(cases: dict, name: str) -> None:
     """The min-norm W_O (with the expanded W_V) written into the causal LM's output
     projection makes u an eigenvector of the F measured from the modified module, and
@@ -485,7 +487,7 @@ def test_position_limit_is_the_model_s(cases: dict, name: str) -> None:
     from specalign.transformers.limits import model_problems
 
     case = cases[name]
-    adapter = family(case.model_type)(CONFIGS[name])
+    adapter = adapter_class(case.model_type)(CONFIGS[name])
     limit = adapter.max_positions
     assert limit == (62 if case.model_type == "roberta" else 64)
     cfg = case.model.config

@@ -15,7 +15,7 @@ import yaml
 from snakemake_helpers import run_snakemake
 
 from specalign.transformers.contracts import FORMAT_VERSION, MODES, read_weights_h5
-from specalign.transformers.families import FAMILIES, family
+from specalign.transformers.families import FAMILIES, adapter_class
 from specalign.transformers.figures import OVERVIEW_FIGURES
 from specalign.transformers.paper import PAPER_FAMILIES
 
@@ -88,7 +88,7 @@ def test_steering_through_each_family(families_run):
     for model in models:
         with xr.open_dataset(_files(workdir, model, "steering.nc")) as ds:
             assert float(ds["residual"].max()) < 1e-10, model  # u an exact eigenvector
-            causal_lm = family(ds.attrs["family"]).causal_lm
+            causal_lm = adapter_class(ds.attrs["family"]).causal_lm
             assert bool(ds.attrs["causal_lm"]) == causal_lm
             p = ds["p_before"].values
             assert np.isfinite(p).all() if causal_lm else np.isnan(p).all(), model

@@ -256,7 +256,7 @@ def test_streamed_passes_on_cuda_agree_with_cpu(tmp_models: Path, case: str) -> 
     assert (np.abs(gpu - cpu) <= 1e-5 * scale).all()
     X0, e = st.model_inputs(folder, ids, 5, device="cuda")
     np.testing.assert_allclose(X0, cpu[0], rtol=0, atol=1e-6 * float(scale[0]))
-    if tiny_models.family(CONFIGS[case]["model_type"]).causal_lm:
+    if tiny_models.adapter_class(CONFIGS[case]["model_type"]).causal_lm:
         W = np.zeros((X0.shape[-1], X0.shape[-1]))
         probs = []
         for device in ("cpu", "cuda"):

@@ -120,11 +120,13 @@ phi3          ``layers.{i}.self_attn.qkv_proj``          Fused Q/K/V CONTIGUOUS 
                                                          Window on every layer (mini-4k 2047).
 ============  =========================================  ==========================================
 
-Adding a family is one small subclass of ``FamilyAdapter`` registered in ``FAMILIES``
-under its config.json ``model_type``. Everything the rest of the package needs to know
-about a family is a class attribute or method of its adapter (causal or not, shared
-weights, norm kind, residual layout, rotary, where the attention output projection
-lives, the attention scale, cap and pattern), so no other module tests a family's name.
+Adding a family is one small subclass of ``FamilyAdapter`` whose class body sets its
+config.json ``model_type``: defining it registers it in ``FAMILIES`` (read-only, filled by
+``FamilyAdapter.__init_subclass__``), and ``adapter_class(model_type)`` returns it.
+Everything the rest of the package needs to know about a family is a class attribute or
+method of its adapter (causal or not, shared weights, norm kind, residual layout, rotary,
+where the attention output projection lives, the attention scale, cap and pattern), so
+no other module tests a family's name.
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ import math
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -145,6 +148,13 @@ Linear = tuple[np.ndarray, "np.ndarray | None"]
 
 class UnknownFamilyError(ValueError):
     """The checkpoint's ``model_type`` has no adapter."""
+
+
+#: model_type -> adapter class, written only by ``FamilyAdapter.__init_subclass__``.
+_REGISTRY: dict[str, type[FamilyAdapter]] = {}
+#: model_type -> adapter class, read-only, in definition order: each adapter class joins
+#: it as it is defined, so there is no list of adapters to keep beside them.
+FAMILIES: Mapping[str, type[FamilyAdapter]] = MappingProxyType(_REGISTRY)
 
 
 class TensorReader(Protocol):
@@ -241,6 +251,21 @@ class FamilyAdapter(ABC):
     #: "sequential" (x + attn(norm x), then the FFN) or "parallel" (attention and FFN
     #: both read x); the simplified update is the attention part either way.
     residual: str = "sequential"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register the adapter under the ``model_type`` its class body sets: defining
+        the class is adding the family (a subclass that inherits ``model_type`` without
+        setting its own, a shared base, registers nothing)."""
+        super().__init_subclass__(**kwargs)
+        model_type = cls.__dict__.get("model_type")
+        if model_type is None:
+            return
+        if model_type in _REGISTRY:
+            raise TypeError(
+                f"model_type {model_type!r} of {cls.__qualname__} is already the family of "
+                f"{_REGISTRY[model_type].__qualname__}"
+            )
+        _REGISTRY[model_type] = cls
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         #: transformers' configuration object: every fact below is read from it
@@ -1006,31 +1031,7 @@ class OPTAdapter(FamilyAdapter):
         }
 
 
-FAMILIES: dict[str, type[FamilyAdapter]] = {
-    cls.model_type: cls
-    for cls in (
-        BertAdapter,
-        RobertaAdapter,
-        DistilBertAdapter,
-        AlbertAdapter,
-        GPT2Adapter,
-        GPTNeoAdapter,
-        GPTNeoXAdapter,
-        GPTJAdapter,
-        OPTAdapter,
-        LlamaAdapter,
-        MistralAdapter,
-        Qwen2Adapter,
-        Qwen3Adapter,
-        GemmaAdapter,
-        Gemma2Adapter,
-        Gemma3TextAdapter,
-        Phi3Adapter,
-    )
-}
-
-
-def family(model_type: Any) -> type[FamilyAdapter]:
+def adapter_class(model_type: Any) -> type[FamilyAdapter]:
     """The adapter class of ``model_type``; an unknown one raises naming the supported
     families and the one class to add."""
     if model_type not in FAMILIES:
@@ -1038,11 +1039,11 @@ def family(model_type: Any) -> type[FamilyAdapter]:
             f"unsupported model_type {model_type!r} in config.json; supported: "
             f"{', '.join(sorted(FAMILIES))}; fix: use a model of a supported family, or add "
             f"one FamilyAdapter subclass with model_type = {model_type!r} to "
-            "specalign/transformers/families.py and list it in FAMILIES"
+            "specalign/transformers/families.py (defining it registers it)"
         )
     return FAMILIES[model_type]
 
 
 def adapter_for(config: Mapping[str, Any]) -> FamilyAdapter:
     """The adapter for a parsed config.json; unknown ``model_type`` raises with the list."""
-    return family(config.get("model_type"))(config)
+    return adapter_class(config.get("model_type"))(config)
