@@ -1,5 +1,8 @@
 """Tiny random models of every supported family, keyed by config.json ``model_type``,
-built offline (a test helper, one factory for the family tests and the hub tests).
+built offline: the one catalogue of tiny configurations, from which the family tests,
+the hub tests (``hub_mirror.py``) and the tiny twins of ``config/modern_test.yaml`` are
+built (``TWINS``; ``python tests/tiny_models.py`` rewrites that file's models, and
+``test_modern_test_yaml_is_the_catalogue`` fails while they differ).
 
 ``TINY_CONFIGS`` holds one small configuration per family adapter in
 ``specalign.transformers.families.FAMILIES`` and ``BUILDERS`` a builder of each; the
@@ -31,11 +34,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from specalign.transformers.families import adapter_class
 
@@ -98,6 +103,74 @@ CONFIGS: dict[str, dict[str, Any]] = {
              "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
              "tie_word_embeddings": False},
 }  # fmt: skip
+
+
+#: checkpoint of config/modern.yaml -> the case of CONFIGS that its tiny twin
+#: ``<checkpoint>_tiny`` in config/modern_test.yaml is (one per family beyond the paper's
+#: four, two for OPT's two layouts): the twin carries the case's traps, not the
+#: checkpoint's size.
+TWINS: dict[str, str] = {
+    "pythia-160m": "gpt_neox",
+    "gpt-j-6b": "gptj",
+    "opt-125m": "opt",
+    "opt-350m": "opt_post_ln",
+    "llama-3.2-1b": "llama",
+    "qwen2.5-0.5b": "qwen2",
+    "qwen3-0.6b": "qwen3",
+    "mistral-7b-v0.3": "mistral",
+    "gemma-2b": "gemma",
+    "gemma-2-2b": "gemma2",
+    "gemma-3-1b": "gemma3_text",
+    "phi-3-mini": "phi3",
+    "roberta-base": "roberta",
+    "distilbert-base": "distilbert",
+}
+#: The twin whose own random twin (``like:``) exercises the null baseline of a model that
+#: is itself built from a configuration.
+NULL_TWIN_OF = "llama-3.2-1b"
+
+
+def modern_test_models() -> dict[str, dict[str, Any]]:
+    """``transformers.models`` of config/modern_test.yaml, derived from ``TWINS``: each
+    twin ``source: random`` with its case's configuration, then the null twin."""
+    models: dict[str, dict[str, Any]] = {
+        f"{checkpoint}_tiny": {"source": "random", "config": dict(CONFIGS[case])}
+        for checkpoint, case in TWINS.items()
+    }
+    like = f"{NULL_TWIN_OF}_tiny"
+    models[f"{like}_random"] = {"source": "random", "like": like, "seed": 1}
+    return models
+
+
+_MODELS_KEY = "  models:\n"  # under ``transformers:`` in the file
+
+
+def with_modern_test_models(text: str) -> str:
+    """The text of config/modern_test.yaml with its ``transformers.models`` block
+    replaced by :func:`modern_test_models` (comments elsewhere kept): the block runs
+    from ``  models:`` to the next key of ``transformers``."""
+    head, sep, rest = text.partition(_MODELS_KEY)
+    if not sep:
+        raise ValueError("no 'models:' key under 'transformers:' in config/modern_test.yaml")
+    lines = rest.splitlines(keepends=True)
+    end = next(
+        (i for i, line in enumerate(lines) if line.startswith("  ") and line[2] not in " #"),
+        len(lines),
+    )
+    block = [
+        "    # Written by `python tests/tiny_models.py` from its CONFIGS and TWINS (edit those):\n",
+        "    # each twin is its family's tiny test case, traps included.\n",
+    ]
+    for name, spec in modern_test_models().items():
+        block.append(f"    {name}:\n")
+        for key, value in spec.items():
+            # one flow mapping a value, continued 8 columns in: the file stays readable
+            flow = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=80).strip()
+            flow = flow.removesuffix("\n...").splitlines()
+            block.append(f"      {key}: {flow[0]}\n")
+            block.extend(f"        {line.strip()}\n" for line in flow[1:])
+    indented = "".join(block)
+    return head + sep + indented + "".join(lines[end:])
 
 
 def head_class(model_type: str) -> Any:
@@ -218,3 +291,9 @@ def float64_everywhere() -> Iterator[None]:
     finally:
         torch.Tensor.to, torch.Tensor.float, torch.nn.functional.softmax, torch.arange = saved  # type: ignore[method-assign]
         torch.set_default_dtype(default)
+
+
+if __name__ == "__main__":
+    # python tests/tiny_models.py [config/modern_test.yaml]: rewrite the twins from CONFIGS
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "config/modern_test.yaml")
+    target.write_text(with_modern_test_models(target.read_text()))

@@ -39,6 +39,7 @@ from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
 from specalign.transformers.families import FAMILIES, adapter_class, expand_kv
+from specalign.transformers.paper import PAPER_FAMILIES
 
 torch.set_num_threads(1)
 
@@ -66,6 +67,18 @@ N_PROMPTS, N_TOKENS = 2, 8  # longer than every window of the tiny models
 def test_every_family_has_a_tiny_model() -> None:
     assert set(tiny_models.BUILDERS) == set(FAMILIES) == set(MODULES)
     assert {cfg["model_type"] for cfg in CONFIGS.values()} == set(FAMILIES)
+
+
+def test_modern_test_yaml_is_the_catalogue(repo: Path) -> None:
+    """config/modern_test.yaml's models are what ``tiny_models`` derives (rewrite them
+    with ``python tests/tiny_models.py``): a twin per family beyond the paper's, each its
+    family's case, every case of a layout of its own (OPT's two) a twin."""
+    text = (repo / "config" / "modern_test.yaml").read_text()
+    assert text == tiny_models.with_modern_test_models(text)
+    twins = {CONFIGS[case]["model_type"] for case in tiny_models.TWINS.values()}
+    assert twins == set(FAMILIES) - set(PAPER_FAMILIES)
+    layouts = {case for case in CONFIGS if CONFIGS[case]["model_type"] in twins}
+    assert layouts == set(tiny_models.TWINS.values())
 
 
 class Case:

@@ -62,9 +62,8 @@ def test_every_supported_family_runs(families_run):
                     W_O = f[f"blocks/{b}/W_O_grouped"][()]
                     np.testing.assert_allclose(W_O @ W_V, F, rtol=1e-12, atol=1e-14)
                 else:
-                    # includes a grouped-query block at full rank (qwen3's tiny model:
-                    # n_kv_heads * d_head = d), whose W_V has n_kv_heads rows but whose F
-                    # is stored
+                    # would include a grouped-query block at full rank (n_kv_heads *
+                    # d_head = d), whose W_V has n_kv_heads rows but whose F is stored
                     np.testing.assert_allclose(F, f["F"][b], rtol=1e-12, atol=1e-14)
             assert ("rotary" in f) == (f.attrs["rotary"] != "none")
     assert set(seen) == set(FAMILIES) - set(PAPER_FAMILIES)
