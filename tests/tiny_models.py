@@ -16,6 +16,8 @@ style). The configurations are chosen so that each family's traps show:
 * ``head_dim`` != d_model / n_heads where the family has the key;
 * sliding windows shorter than the test prompts, layer patterns (Qwen2's
   ``max_window_layers``, Gemma 2's even layers, Gemma 3's pattern);
+* fused Q/K/V layouts (GPT-2 contiguous, NeoX per head, Phi-3 contiguous grouped,
+  Falcon's grouped per key/value head and multi-query);
 * partial rotary (NeoX, GPT-J, Phi-3), llama3 rope scaling that bites at short range,
   a Gemma 2 softcap that bites, Gemma 2/3's query_pre_attn_scalar != head_dim;
 * biases, pre/post-LN, project_in/out (OPT-350m style).
@@ -74,6 +76,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gptj": {"model_type": "gptj", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_inner": 96,
              "rotary_dim": 8, "vocab_size": 96, "n_positions": 64, "bos_token_id": 0,
              "eos_token_id": 0},
+    # Falcon 40B/180B style: Q/K/V grouped per key/value head (2 of 4), two norms
+    # (ln_attn, ln_mlp), parallel attention and MLP, biases on.
+    "falcon": {"model_type": "falcon", "hidden_size": 64, "ffn_hidden_size": 96,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_kv_heads": 2,
+               "new_decoder_architecture": True, "bias": True, "rope_theta": 1000.0,
+               "bos_token_id": 0, "eos_token_id": 0, **_ROPE},
+    # Falcon 7B style: multi-query (one key/value head, contiguous [Q | K | V]), one
+    # shared input_layernorm, parallel attention and MLP, no biases.
+    "falcon_multi_query": {"model_type": "falcon", "hidden_size": 64, "ffn_hidden_size": 96,
+                           "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "multi_query": True, "parallel_attn": True, "bias": False,
+                           "bos_token_id": 0, "eos_token_id": 0, **_ROPE},
     "opt": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 96, "num_hidden_layers": 2,
             "num_attention_heads": 4, "word_embed_proj_dim": 64, "do_layer_norm_before": True,
             **_ROPE},
@@ -107,11 +121,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 #: checkpoint of config/modern.yaml -> the case of CONFIGS that its tiny twin
 #: ``<checkpoint>_tiny`` in config/modern_test.yaml is (one per family beyond the paper's
-#: four, two for OPT's two layouts): the twin carries the case's traps, not the
+#: four, two for OPT's two layouts; Falcon's grouped layout has no checkpoint in
+#: config/modern.yaml small enough): the twin carries the case's traps, not the
 #: checkpoint's size.
 TWINS: dict[str, str] = {
     "pythia-160m": "gpt_neox",
     "gpt-j-6b": "gptj",
+    "falcon-7b": "falcon_multi_query",
     "opt-125m": "opt",
     "opt-350m": "opt_post_ln",
     "llama-3.2-1b": "llama",

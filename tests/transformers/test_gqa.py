@@ -31,6 +31,7 @@ CONTROL = "bert"
 def test_the_grouped_query_cases_are_the_expected_families() -> None:
     assert {CONFIGS[c]["model_type"] for c in GQA} == {
         "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
+        "falcon",
     }  # fmt: skip
     assert CONTROL not in GQA
 

@@ -29,7 +29,8 @@ from specalign.transformers import streaming
 
 torch.set_num_threads(1)
 
-STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln"]
+STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln",
+                "falcon"]
 
 
 def _folder(tmp: Path, case: str, **save: Any) -> Path:

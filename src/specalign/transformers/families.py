@@ -72,6 +72,12 @@ gpt_neox      ``layers.{i}.attention.``                  Fused Q/K/V INTERLEAVED
                                                          first ``rotary_pct`` of each head only.
                                                          Parallel residual x + attn(ln1 x) +
                                                          mlp(ln2 x). Pre-LN.
+falcon        ``h.{i}.self_attention.``                  Fused Q/K/V in three layouts: GROUPED per
+              ``query_key_value``, ``.dense``,           KV head (new_decoder_architecture; KV =
+              ``h.{i}.ln_attn`` or ``input_layernorm``   ``num_kv_heads``), CONTIGUOUS [Q|K|V]
+                                                         with one KV head (multi_query), else per
+                                                         head as NeoX. Parallel attention + MLP.
+                                                         ALiBi refused. Last state after ``ln_f``.
 gptj          ``h.{i}.attn.{q,k,v,out}_proj``,           No biases. Rotary INTERLEAVED (pairs 2k,
               ``h.{i}.ln_1``                             2k+1) on the first ``rotary_dim`` dims,
                                                          theta 10000 hard-coded. Parallel residual
@@ -942,6 +948,108 @@ class GPTNeoXAdapter(FamilyAdapter):
             self._linear(reader, f"{p}.dense"),
             self._norm(reader, f"layers.{block}.input_layernorm"),
             where=f"gpt_neox layer {block}",
+        )
+
+
+class FalconAdapter(FamilyAdapter):
+    """Falcon: pre-LN, causal, rotary, one fused Q/K/V in one of three layouts, attention
+    and MLP in parallel.
+
+    Traps: (1) ``self_attention.query_key_value`` packs Q, K and V three ways. With
+    ``new_decoder_architecture`` (40B, 180B) GROUPED PER KEY/VALUE HEAD: its rows reshape
+    to (KV, H/KV + 2, d_head), group g holding its H/KV query heads, then its key, then
+    its value (so query head h reads key/value head h // (H/KV), as ``repeat_kv``); with
+    ``multi_query`` (7B) CONTIGUOUS [Q (H d_head) | K (d_head) | V (d_head)], one
+    key/value head for all; else INTERLEAVED PER HEAD (H, 3, d_head) as GPT-NeoX. Each
+    other reading gives another F. (2) The key/value head count is ``num_kv_heads`` (not
+    ``num_key_value_heads``) with the new architecture, 1 with ``multi_query``, H
+    otherwise. (3) Attention and MLP read the same x (``parallel_attn``, and always with
+    the new architecture): x + attn(ln x) + mlp(ln' x), where with two norms
+    (``num_ln_in_parallel_attn`` 2, the new architecture's default) the attention's is
+    ``ln_attn`` and the MLP's ``ln_mlp``, with one both are ``input_layernorm``.
+    (4) ``alibi`` (the falcon-rw checkpoints) adds a per-head linear bias to the scores,
+    which the package does not model: refused. (5) The base model collects its hidden
+    states in a loop of its own, the last one after ``ln_f``. (6) ``bias`` switches
+    every linear bias on or off together.
+    """
+
+    model_type = "falcon"
+    ln_position = "pre"
+    causal = True
+    causal_lm = True
+    rotary_style = "half"
+    final_norm_in_loop = "ln_f"
+    out_projection = "transformer.h.{layer}.self_attention.dense"
+    probe = "h.0.self_attention.query_key_value.weight"
+    prefixes = ("transformer.", "")
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        if getattr(self.hf, "alibi", False):
+            raise ValueError(
+                "falcon with alibi=True (the falcon-rw checkpoints): ALiBi's linear bias on "
+                "the attention scores is not supported"
+            )
+        self.new_architecture = bool(getattr(self.hf, "new_decoder_architecture", False))
+        self.multi_query = bool(getattr(self.hf, "multi_query", True))
+        if self.new_architecture:
+            self.n_kv_heads = int(_attr(self.hf, "num_kv_heads"))
+        else:  # the model ignores num_kv_heads here (its qkv rows say so)
+            self.n_kv_heads = 1 if self.multi_query else self.n_heads
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"falcon: {self.n_heads} query heads are not a multiple of {self.n_kv_heads} "
+                "key/value heads"
+            )
+
+    @property
+    def residual(self) -> str:  # type: ignore[override]
+        parallel = self.new_architecture or getattr(self.hf, "parallel_attn", True)
+        return "parallel" if parallel else "sequential"
+
+    def _attention_norm(self) -> str:
+        """The norm the attention reads: ``ln_attn`` where the new architecture has two
+        (``num_ln_in_parallel_attn`` absent counts as 2 there, as in the model)."""
+        n_norms = getattr(self.hf, "num_ln_in_parallel_attn", None) or 2
+        return "ln_attn" if self.new_architecture and n_norms == 2 else "input_layernorm"
+
+    def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return _rotary_from_transformers(self.hf, ["full_attention"] * self.n_layers)
+
+    def _qkv_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row indices of Q (H d_head), K and V (KV d_head each) in ``query_key_value``,
+        head by head in the model's order."""
+        H, KV, dh = self.n_heads, self.n_kv_heads, self.d_head
+        rows = np.arange((H + 2 * KV) * dh)
+        if self.new_architecture:
+            grouped = rows.reshape(KV, H // KV + 2, dh)  # group: its queries, its K, its V
+            q, k, v = grouped[:, :-2], grouped[:, -2], grouped[:, -1]
+            return q.reshape(-1), k.reshape(-1), v.reshape(-1)
+        if self.multi_query:
+            return rows[: H * dh], rows[H * dh : (H + 1) * dh], rows[(H + 1) * dh :]
+        per_head = rows.reshape(H, 3, dh)
+        return tuple(per_head[:, s].reshape(-1) for s in range(3))  # type: ignore[return-value]
+
+    def read_block(self, block: int, reader: TensorReader) -> BlockWeights:
+        p = f"h.{block}.self_attention"
+        w, b = self._linear(reader, f"{p}.query_key_value")
+        q_rows, k_rows, v_rows = self._qkv_rows()
+        n_rows = len(q_rows) + len(k_rows) + len(v_rows)
+        if w.shape != (n_rows, self.d_model):
+            raise ValueError(
+                f"falcon layer {block}: query_key_value {w.shape}, not {(n_rows, self.d_model)}"
+            )
+        q, k, v = (
+            (w[rows].copy(), None if b is None else b[rows].copy())
+            for rows in (q_rows, k_rows, v_rows)
+        )
+        return self._block(
+            q,
+            k,
+            v,
+            self._linear(reader, f"{p}.dense"),
+            self._norm(reader, f"h.{block}.{self._attention_norm()}"),
+            where=f"falcon layer {block}",
         )
 
 
