@@ -88,6 +88,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
                            "num_hidden_layers": 2, "num_attention_heads": 4,
                            "multi_query": True, "parallel_attn": True, "bias": False,
                            "bos_token_id": 0, "eos_token_id": 0, **_ROPE},
+    # Falcon with neither flag: Q/K/V interleaved per head (as NeoX), sequential residual
+    # (post_attention_layernorm is the MLP's norm).
+    "falcon_per_head": {"model_type": "falcon", "hidden_size": 64, "ffn_hidden_size": 96,
+                        "num_hidden_layers": 2, "num_attention_heads": 4, "multi_query": False,
+                        "parallel_attn": False, "bias": True, "bos_token_id": 0,
+                        "eos_token_id": 0, **_ROPE},
     "opt": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 96, "num_hidden_layers": 2,
             "num_attention_heads": 4, "word_embed_proj_dim": 64, "do_layer_norm_before": True,
             **_ROPE},

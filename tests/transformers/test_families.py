@@ -428,6 +428,23 @@ def test_config_defaults_come_from_the_family_class(tmp_path: Path) -> None:
         extract(tmp_path)
 
 
+def test_falcon_key_value_heads_and_alibi() -> None:
+    """Falcon's key/value head count follows its layout, not ``num_kv_heads`` alone
+    (multi-query: 1; neither layout: n_heads, whatever the key says; the new architecture:
+    the key), and ALiBi scores are refused rather than read as rotary ones."""
+    from specalign.transformers.families import adapter_for
+
+    base = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 8}
+    assert adapter_for(base).n_kv_heads == 1  # the class default: multi_query
+    per_head = adapter_for({**base, "multi_query": False, "num_kv_heads": 2})
+    assert per_head.n_kv_heads == 8
+    grouped = adapter_for({**base, "new_decoder_architecture": True, "num_kv_heads": 2})
+    assert (grouped.n_kv_heads, grouped.residual) == (2, "parallel")
+    assert adapter_for({**base, "parallel_attn": False}).residual == "sequential"
+    with pytest.raises(ValueError, match="alibi"):
+        adapter_for({**base, "alibi": True})
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_stock_float32_model_matches_at_the_float32_level(name: str, tmp_path: Path) -> None:
     """The production path: a stock float32 model and weights.h5 extracted without the
