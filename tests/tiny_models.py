@@ -127,9 +127,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 #: checkpoint of config/modern.yaml -> the case of CONFIGS that its tiny twin
 #: ``<checkpoint>_tiny`` in config/modern_test.yaml is (one per family beyond the paper's
-#: four, two for OPT's two layouts; Falcon's grouped layout has no checkpoint in
-#: config/modern.yaml small enough): the twin carries the case's traps, not the
-#: checkpoint's size.
+#: four, two for OPT's two layouts; Falcon's other two layouts are cases of the family
+#: tests only): the twin carries the case's traps, not the checkpoint's size.
 TWINS: dict[str, str] = {
     "pythia-160m": "gpt_neox",
     "gpt-j-6b": "gptj",
