@@ -578,10 +578,14 @@ def _unit_rows(X: np.ndarray, corr: Corr) -> np.ndarray:
     centred = corr == "pearson"
     if centred:
         X = X - X.mean(axis=-1, keepdims=True)
-    norm = np.linalg.norm(X, axis=-1, keepdims=True)
-    # one result array (the centred copy itself for Pearson) rather than the quotient and
-    # its np.where copy: for the (T + 1, P, N, d) states of a 7B model each is 1.6 GB
-    # (issue 14); the values are the same
+    # the norms a leading slice at a time (each row's own sum: the same values), so that
+    # norm's squared temporary is a slice's, not the states'; and one result array (the
+    # centred copy itself for Pearson) rather than the quotient and its np.where copy:
+    # for the (T + 1, P, N, d) states of a 7B model each is 1.6 GB (issue 14)
+    if X.ndim > 2:
+        norm = np.stack([np.linalg.norm(x, axis=-1, keepdims=True) for x in X])
+    else:
+        norm = np.linalg.norm(X, axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.divide(X, np.where(norm > 0, norm, 1.0), out=X if centred else None)
     out[~(norm[..., 0] > 0)] = np.nan
