@@ -23,7 +23,7 @@ from specalign.transformers import spectra as spec
 from specalign.transformers import sphere, steer
 from specalign.transformers import tables as tt
 from specalign.transformers.contracts import write_weights_h5
-from specalign.transformers.figures.propagation import _spans_a_decade
+from specalign.transformers.figures.depth import _spans_a_decade
 from specalign.transformers.weights import BlockWeights, ModelWeights, shares_weights
 
 ETA = 1.0

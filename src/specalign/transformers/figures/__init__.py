@@ -7,8 +7,9 @@ One module per kind of figure, each reading one kind of file:
   Fig. 1a) and the per-head OV circuits;
 * :mod:`.propagation`: per model, from ``propagation.nc``
   (:func:`specalign.transformers.propagate.propagation_dataset`): alignment, tilt and
-  rho per layer (Figs. 1b, 2, 8, 11, 12), correlations (Fig. 5), inter-token distance
-  (Fig. 4), prolonged runs (Fig. 6), the correlation choice;
+  rho per layer (Figs. 1b, 2, 8, 11, 12), correlations (Fig. 5), the correlation choice;
+* :mod:`.depth`: per model, from ``propagation.nc``: inter-token distance (Fig. 4) and
+  the prolonged runs (Fig. 6);
 * :mod:`.steering`: per model, from ``steering.nc``
   (:func:`specalign.transformers.steer.steering_dataset`; Figs. 3, 10);
 * :mod:`.model`: the per-model bundle (:func:`model_figures`, :data:`MODEL_FIGURES`);
@@ -38,6 +39,7 @@ Layer indices are 1-based in every figure (layer t = 1..T, state 0 is the input)
 every file and the paper (specalign.transformers.variables); blocks are 0-based.
 """
 
+from specalign.transformers.figures.depth import prolonged_figure, token_distance_figure
 from specalign.transformers.figures.model import MODEL_FIGURES, model_figures, unavailable_figure
 from specalign.transformers.figures.overview import (
     OVERVIEW_FIGURES,
@@ -48,8 +50,6 @@ from specalign.transformers.figures.propagation import (
     alignment_figure,
     corr_choice_figure,
     correlations_figure,
-    prolonged_figure,
-    token_distance_figure,
 )
 from specalign.transformers.figures.spectra import eigenvalue_figure, heads_figure
 from specalign.transformers.figures.sphere import sphere_figure13, sphere_figure14

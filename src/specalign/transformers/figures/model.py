@@ -10,12 +10,11 @@ from matplotlib.figure import Figure
 
 from specalign.output import placeholder_figure
 from specalign.transformers.contracts import MODES
+from specalign.transformers.figures.depth import prolonged_figure, token_distance_figure
 from specalign.transformers.figures.propagation import (
     alignment_figure,
     corr_choice_figure,
     correlations_figure,
-    prolonged_figure,
-    token_distance_figure,
 )
 from specalign.transformers.figures.spectra import eigenvalue_figure, heads_figure
 from specalign.transformers.figures.steering import steering_figure
