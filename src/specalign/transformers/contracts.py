@@ -85,6 +85,7 @@ import numpy as np
 from specalign import io
 from specalign.io import InputFileError, atomic_path, checksummed, read_h5
 from specalign.transformers.weights import (
+    SHARED,
     BlockWeights,
     ModelWeights,
     expand_rows,
@@ -106,7 +107,7 @@ _ROOT_ATTRS = (
     "d_model",
     "n_heads",
     "n_layers",
-    "shared",
+    SHARED,
     "ln_position",
     "causal",
     "attn_scale",
@@ -248,7 +249,7 @@ def write_weights_attrs(
         "d_head": int(d_head),
         "n_layers": int(mw.n_layers),
         "n_blocks": len(has_bias),
-        "shared": bool(len(has_bias) == 1 and mw.n_layers > 1),
+        SHARED: bool(len(has_bias) == 1 and mw.n_layers > 1),
         "ln_position": mw.ln_position,
         "causal": bool(mw.causal),
         "attn_scale": float(mw.attn_scale),

@@ -42,6 +42,7 @@ from specalign.transformers.tables import (
     tilt_summary,
 )
 from specalign.transformers.training import WELL_BELOW
+from specalign.transformers.weights import recorded_shared
 
 BASE_MODES = ("simplified_real", "simplified_full", "real_model")
 PROLONGED_MODES = ("prolonged_full", "prolonged_real")
@@ -188,7 +189,7 @@ def series_dataset(
                 r["measured"],
                 r["predicted"],
             )
-        shared[s] = bool(int(spec.attrs.get("shared", 0)))
+        shared[s] = recorded_shared(spec.attrs)
         g = gap_summary(spec)
         rel = relative_gaps(spec)
         gaps["frac_small_gap"][s] = g["frac_small"]

@@ -39,6 +39,7 @@ import xarray as xr
 from specalign.output import nanmean as _nanmean
 from specalign.output import nanstd as _nanstd
 from specalign.output import write_table
+from specalign.transformers.weights import recorded_shared
 
 __all__ = [
     "GAMMA_CONVERGED",
@@ -552,7 +553,7 @@ def rate_summary(
     ds = mode_view(prop, mode)
     if ds is None:
         return None
-    shared = bool(int(spectra.attrs.get("shared", 0))) if spectra is not None else False
+    shared = recorded_shared(spectra.attrs) if spectra is not None else False
     base = mode_view(prop, "simplified_real")
     depth = (
         int(spectra.attrs["n_layers"])

@@ -7,7 +7,7 @@ See ``specalign.transformers`` for the convention (y = W x + b, W as (out, in)).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +53,17 @@ class BlockWeights:
         return self.W_O @ self.W_V
 
 
+#: The name, in weights.h5 and in the spectra.nc made from it, of :attr:`ModelWeights.shared`
+#: (1: every layer applies the one stored block, ALBERT's cross-layer sharing).
+SHARED = "shared"
+
+
+def recorded_shared(attrs: Mapping[str, object]) -> bool:
+    """:attr:`ModelWeights.shared` as a file's attributes record it (absent: unshared,
+    as in files written before it was recorded)."""
+    return bool(int(attrs.get(SHARED, 0)))  # type: ignore[call-overload]
+
+
 @dataclass
 class ModelWeights:
     """All distinct attention blocks of a model plus what propagation needs to know."""
@@ -87,6 +98,7 @@ class ModelWeights:
 
     @property
     def shared(self) -> bool:
+        """Whether the layers share one block (stored as the attribute :data:`SHARED`)."""
         return len(self.blocks) == 1 and self.n_layers > 1
 
     @property
