@@ -97,7 +97,7 @@ FAULT_ORDER = [
     "fuzz_snakemake_invalid",
     "fuzz_valid",
     "fuzz_valid_runs",
-    # the held-out pass of issue 10 (test_faults_heldout.py)
+    # the held-out pass of issue 10 (test_faults_silent_or_late.py)
     "twin",
     "cache_checksum",
     "orphan",
@@ -202,14 +202,14 @@ _MD_HEAD = """\
 
 What the fault-injection tests (`tests/workflow/test_faults.py`,
 `tests/workflow/test_fuzz.py`, the held-out pass in
-`tests/workflow/test_faults_heldout.py` and the pass on stale inputs and checkpoints in
+`tests/workflow/test_faults_silent_or_late.py` and the pass on stale inputs and checkpoints in
 `tests/workflow/test_faults_stale.py`, with the comparison tool `specalign.compare`
 tested in `tests/workflow/test_compare.py`) do to the workflow, and what happened. Every
 row is a test that passes; the counts are those of the last regeneration of this file:
 
 ```bash
 SPECALIGN_FAULTS_MD=docs/faults.md pytest -q tests/workflow/test_faults.py \
-    tests/workflow/test_fuzz.py tests/workflow/test_faults_heldout.py \
+    tests/workflow/test_fuzz.py tests/workflow/test_faults_silent_or_late.py \
     tests/workflow/test_faults_stale.py
 ```
 

@@ -54,6 +54,11 @@ class BlockWeights:
         return self.W_O @ self.W_V
 
 
+#: The name, in weights.h5 and in the spectra.nc made from it, of :attr:`ModelWeights.shared`
+#: (1: every layer applies the one stored block, ALBERT's cross-layer sharing).
+SHARED = "shared"
+
+
 @dataclass
 class ModelWeights:
     """All distinct attention blocks of a model plus what propagation needs to know."""
@@ -175,9 +180,9 @@ def shares_weights(attrs: Mapping[str, Any]) -> bool:
     ``propagation.nc`` and ``steering.nc`` do not record it (read the model's
     ``spectra.nc``): ValueError when the attribute is absent.
     """
-    if "shared" not in attrs:
+    if SHARED not in attrs:
         raise ValueError(
-            "no 'shared' attribute: pass the root attributes of weights.h5 or spectra.nc "
+            f"no {SHARED!r} attribute: pass the root attributes of weights.h5 or spectra.nc "
             "(propagation.nc and steering.nc do not record it)"
         )
-    return bool(int(attrs["shared"]))
+    return bool(int(attrs[SHARED]))
