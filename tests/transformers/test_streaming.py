@@ -23,9 +23,8 @@ import torch
 from tiny_models import CONFIGS
 
 from specalign.io import InputFileError
-from specalign.transformers import propagate as prop
+from specalign.transformers import hf, streaming
 from specalign.transformers import steer as st
-from specalign.transformers import streaming
 
 torch.set_num_threads(1)
 
@@ -47,21 +46,21 @@ def tmp_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _ids(case: str, n_prompts: int = 2, n_tokens: int = 7) -> np.ndarray:
     vocab = int(CONFIGS[case]["vocab_size"]) if "vocab_size" in CONFIGS[case] else 96
-    return prop.random_prompts(vocab, n_prompts, n_tokens, seed=3)
+    return hf.random_prompts(vocab, n_prompts, n_tokens, seed=3)
 
 
 @pytest.mark.parametrize("case", STREAM_CASES)
 def test_streamed_states_equal_the_whole_model(tmp_models: Path, case: str) -> None:
     folder = _folder(tmp_models, case)
     ids = _ids(case)
-    whole = prop.real_forward_hidden_states(folder, ids, stream=False)
-    streamed = prop.real_forward_hidden_states(folder, ids)
+    whole = hf.real_forward_hidden_states(folder, ids, stream=False)
+    streamed = hf.real_forward_hidden_states(folder, ids)
     assert streamed.dtype == np.float32 and streamed.shape == whole.shape
     # the same modules on the same float32 weights: the same operations, the same bits
     np.testing.assert_array_equal(streamed, whole, err_msg=case)
     X0, e = st.model_inputs(folder, ids, 5)
     np.testing.assert_array_equal(X0, whole[0].astype(np.float64))
-    base = prop.load_base_model(folder)
+    base = hf.load_base_model(folder)
     E = base.get_input_embeddings().weight.detach().double().numpy()
     np.testing.assert_array_equal(e, E[5])
 
@@ -77,7 +76,7 @@ def test_one_unit_resident_at_a_time(tmp_models: Path) -> None:
 
     hooks = [model.get_submodule(u).register_forward_hook(count) for u in stream.units]
     try:
-        prop.model_hidden_states(model, _ids("llama"))
+        hf.model_hidden_states(model, _ids("llama"))
     finally:
         for h in hooks:
             h.remove()
@@ -94,7 +93,7 @@ def test_next_token_probabilities_streamed(tmp_models: Path) -> None:
     for case in ("llama", "phi3", "gpt2"):
         folder = _folder(tmp_models, case)
         ids = _ids(case)
-        lm = st.load_causal_lm(folder)
+        lm = hf.load_causal_lm(folder)
         module, transposed = st._out_projection(lm, -1)
         W = module.weight.detach().double().numpy()
         W = W.T if transposed else W
@@ -122,14 +121,14 @@ def test_bf16_sharded_and_pickled_checkpoints(tmp_models: Path) -> None:
     sharded = tmp_models / "mistral_bf16"
     model.save_pretrained(str(sharded), max_shard_size="20KB")
     assert (sharded / "model.safetensors.index.json").exists()
-    whole = prop.real_forward_hidden_states(sharded, ids, stream=False)
-    streamed = prop.real_forward_hidden_states(sharded, ids)
+    whole = hf.real_forward_hidden_states(sharded, ids, stream=False)
+    streamed = hf.real_forward_hidden_states(sharded, ids)
     scale = np.abs(whole).max(axis=(1, 2, 3), keepdims=True)
     assert (np.abs(streamed - whole) <= 1e-6 * scale).all()
     pickled = tiny_models.save_tiny_pickled("qwen2", tmp_models / "qwen2_bin", seed=0)
     ids = _ids("qwen2")
-    whole = prop.real_forward_hidden_states(pickled, ids, stream=False)
-    streamed = prop.real_forward_hidden_states(pickled, ids)
+    whole = hf.real_forward_hidden_states(pickled, ids, stream=False)
+    streamed = hf.real_forward_hidden_states(pickled, ids)
     scale = np.abs(whole).max(axis=(1, 2, 3), keepdims=True)
     assert (np.abs(streamed - whole) <= 1e-6 * scale).all()
 
@@ -233,7 +232,7 @@ def test_twin_saved_in_the_published_dtype(tmp_path: Path) -> None:
     assert {t.dtype for t in got.values()} == {torch.bfloat16}
     assert [p.name for p in folder.glob("*.safetensors")] == ["model.safetensors"]
     assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
-    states = prop.real_forward_hidden_states(folder, _ids("mistral"))
+    states = hf.real_forward_hidden_states(folder, _ids("mistral"))
     assert np.isfinite(states).all()
 
 
@@ -250,8 +249,8 @@ def test_streamed_passes_on_cuda_agree_with_cpu(tmp_models: Path, case: str) -> 
     round-off."""
     folder = _folder(tmp_models, case)
     ids = _ids(case)
-    cpu = prop.real_forward_hidden_states(folder, ids)
-    gpu = prop.real_forward_hidden_states(folder, ids, device="cuda")
+    cpu = hf.real_forward_hidden_states(folder, ids)
+    gpu = hf.real_forward_hidden_states(folder, ids, device="cuda")
     scale = np.abs(cpu).max(axis=(1, 2, 3), keepdims=True)
     assert (np.abs(gpu - cpu) <= 1e-5 * scale).all()
     X0, e = st.model_inputs(folder, ids, 5, device="cuda")

@@ -36,9 +36,10 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
-from specalign.transformers import contracts, propagate, spectra, streaming
+from specalign.transformers import contracts, hf, metrics, propagate, spectra, streaming
+from specalign.transformers.directions import block_principal_directions, layer_directions
 from specalign.transformers.families import family
-from specalign.transformers.propagate import Corr
+from specalign.transformers.metrics import Corr
 from specalign.transformers.variables import STEERING, describe
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
@@ -376,11 +377,11 @@ def steering_gamma(
         {
             "gamma_u": (
                 ("variant", "token"),
-                np.abs(propagate.correlation(S, u, corr)).reshape(2, -1),
+                np.abs(metrics.correlation(S, u, corr)).reshape(2, -1),
             ),
             "gamma_u_mean": (
                 ("variant", "prompt"),
-                np.abs(propagate.correlation(S.mean(axis=2), u, corr)),
+                np.abs(metrics.correlation(S.mean(axis=2), u, corr)),
             ),
         },
         coords={
@@ -543,29 +544,15 @@ def next_token_prob_change(
     layer's attention output projection (default: the last) by ``new_W_O``
     (:func:`next_token_probs` for one variant).
 
-    ``model``: an already loaded causal LM (from :func:`load_causal_lm`); otherwise the
-    one in ``model_dir`` is loaded. Returns ``p_before``, ``p_after`` and ``delta``
+    ``model``: an already loaded causal LM (from
+    :func:`specalign.transformers.hf.load_causal_lm`); otherwise the one in ``model_dir``
+    is loaded. Returns ``p_before``, ``p_after`` and ``delta``
     (n_prompts,) at the last position of each prompt.
     """
     if model is None:
-        model = load_causal_lm(model_dir, device, dtype)
+        model = hf.load_causal_lm(model_dir, device, dtype)
     before, (after,) = next_token_probs(model, input_ids, target_id, [new_W_O], layer)
     return {"p_before": before, "p_after": after, "delta": after - before}
-
-
-def load_causal_lm(
-    model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None
-) -> Any:
-    """The causal LM of a local model folder (eager attention, eval mode, float32 unless
-    ``dtype`` says otherwise), for :func:`next_token_prob_change`."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager",
-        trust_remote_code=False,
-    )  # fmt: skip
-    return model.to(device=device, dtype=dtype or torch.float32).eval()
 
 
 # --------------------------------------------------------------------------- steering.nc
@@ -626,7 +613,7 @@ def steering_target(
     token that is the tokenizer's unknown token, and a token id outside the vocabulary
     are errors naming the config key.
     """
-    tok = propagate.load_tokenizer(model_dir)
+    tok = hf.load_tokenizer(model_dir)
     if token_id is not None:
         config = json.loads((Path(model_dir) / "config.json").read_text())
         vocab_size = int(config.get("vocab_size") or 0) or None
@@ -773,10 +760,10 @@ def _simplified_steering(
     returns the steered W_O of each variant in (method, c) order."""
     last = int(mw.layer_block[-1])
     if directions is None:
-        directions = [propagate.block_principal_directions(mw, b) for b in mw.blocks]
+        directions = [block_principal_directions(mw, b) for b in mw.blocks]
     base = propagate.simplified_forward(mw, X0, eta, "real")
-    base_layers = propagate.alignment(
-        base, propagate.layer_directions(mw, directions=directions)["v1"]
+    base_layers = metrics.alignment(
+        base, layer_directions(mw, directions=directions)["v1"]
     )
     # after the pass, whose last block a lazily read mw keeps: no block is read twice
     blk = mw.blocks[last]
@@ -807,7 +794,7 @@ def _simplified_steering(
         final = propagate.simplified_forward(
             steered_weights(mw, res.W_O), base[-2], eta, "real", start=mw.n_layers - 1
         )[-1]
-        last_layer = propagate.alignment(np.stack([base[-2], final]), res.directions["v1"][None])
+        last_layer = metrics.alignment(np.stack([base[-2], final]), res.directions["v1"][None])
         out.record(i, j, base[-1], final, base_layers, last_layer, u, R, res)
         W_O_new.append(res.W_O)
     return W_O_new
@@ -851,10 +838,10 @@ class _SteeringArrays:
         steered model's per-layer gamma and rho: the unchanged model's for every layer
         but the last (``base_layers``), the steered last layer's (``last_layer``)."""
         for v, X in enumerate((base_final, final)):
-            self.g_u[i, j, v] = np.abs(propagate.correlation(X, u)).reshape(-1)
-            self.g_um[i, j, v] = np.abs(propagate.correlation(X.mean(axis=1), u))
+            self.g_u[i, j, v] = np.abs(metrics.correlation(X, u)).reshape(-1)
+            self.g_um[i, j, v] = np.abs(metrics.correlation(X.mean(axis=1), u))
             self.g_null[i, j, v] = np.mean(
-                [np.abs(propagate.correlation(X, r)).reshape(-1) for r in R], axis=0
+                [np.abs(metrics.correlation(X, r)).reshape(-1) for r in R], axis=0
             )
         self.g_layers[i, j, :-1] = base_layers["gamma"][:-1]
         self.g_layers[i, j, -1] = last_layer["gamma"][0]
