@@ -165,13 +165,13 @@ def work(cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
         "propagate_real": {"flops32": 2.0 * L * layer * tokens + attn,
                            "read": b * (L * layer + embed + d)},
         # the embeddings for state 0, one full pass of the LM, then per variant the
-        # last layer, the final norm and the head (the earlier layers replayed), with
-        # the embeddings read again
-        # (the head on the last position of each prompt only)
+        # last layer, the final norm and the head (the earlier layers replayed; the head
+        # on the last position of each prompt only); the variants advance with the
+        # unchanged pass, so the LM's units are read once for all of them
         "steer_real": {
             "flops32": (2.0 * L * layer * tokens + attn + 2.0 * head * N_PROMPTS)
             + N_VARIANTS * 2.0 * (layer * tokens + head * N_PROMPTS),
-            "read": b * (embed + n_params + N_VARIANTS * (layer + head + embed + d)),
+            "read": b * (embed + n_params),
         },
     }  # fmt: skip
 

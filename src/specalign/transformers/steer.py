@@ -421,16 +421,6 @@ def _decoder_layers(model: Any) -> Any:
     return model.get_submodule(prefix)
 
 
-def _clone_output(out: Any) -> Any:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.detach().clone()
-    if isinstance(out, tuple):
-        return type(out)(_clone_output(o) for o in out)
-    return out
-
-
 def next_token_probs(
     model: Any,
     input_ids: np.ndarray,
@@ -449,7 +439,9 @@ def next_token_probs(
     earlier layers are replayed (their ``forward`` is replaced by the output the last of
     them gave in the unchanged run, the input of the changed layer), since they cannot
     depend on a later layer's weights. At GPT-Neo 2.7B a variant then costs one layer and the LM
-    head instead of 32 layers.
+    head instead of 32 layers. A streamed model runs the unchanged model and every variant
+    in lockstep (:func:`_streamed_probs`): each unit is read from the checkpoint once for
+    all of them.
     """
     import torch
 
@@ -489,13 +481,16 @@ def next_token_probs(
         return p.cpu().numpy()
 
     layers = _decoder_layers(model)
+    if stream is not None:
+        before, *after = _streamed_probs(model, prob, layers[changed], module, stored, device)
+        return before, after
     # only the output of the layer before the changed one reaches it: the earlier
     # replayed layers feed replayed layers, which ignore their input, so they return
     # the same record (one layer's states held, not L - 1)
     recorded: dict[int, Any] = {}
     hooks = [
         layers[changed - 1].register_forward_hook(
-            lambda _m, _a, out: recorded.__setitem__(changed - 1, _clone_output(out))
+            lambda _m, _a, out: recorded.__setitem__(changed - 1, streaming.clone_output(out))
         )
     ] if changed else []  # fmt: skip
     try:
@@ -503,31 +498,69 @@ def next_token_probs(
     finally:
         for h in hooks:
             h.remove()
-    # a streamed model reads the weight from the checkpoint when its layer runs: the
-    # variant replaces it there (an override), a loaded one in its storage
-    weight_name = f"{_out_projection_path(model, layer)}.weight"
-    original = None if stream is not None else module.weight.detach().clone()
+    # each variant written into the loaded model's storage, the original put back after
+    original = module.weight.detach().clone()
     after = []
     try:
         for i in range(changed):
             layers[i].forward = lambda *_a, **_k: recorded[changed - 1]
         for st in stored:
             new = torch.as_tensor(st, dtype=module.weight.dtype, device=device)
-            if stream is not None:
-                stream.overrides[weight_name] = new
-            else:
-                with torch.no_grad():
-                    module.weight.copy_(new)
+            with torch.no_grad():
+                module.weight.copy_(new)
             after.append(prob())
     finally:
-        if stream is not None:
-            stream.overrides.pop(weight_name, None)
-        else:
-            with torch.no_grad():
-                module.weight.copy_(original)
+        with torch.no_grad():
+            module.weight.copy_(original)
         for i in range(changed):
             layers[i].__dict__.pop("forward", None)
     return before, after
+
+
+def _streamed_probs(
+    model: Any,
+    prob: Callable[[], np.ndarray],
+    layer: Any,
+    module: Any,
+    stored: Sequence[np.ndarray],
+    device: str,
+) -> list[np.ndarray]:
+    """``prob()`` of the streamed causal LM as it is, then with the output projection
+    ``module`` of the decoder layer ``layer`` set to each W_O of ``stored`` (in its stored
+    layout), all in lockstep (:func:`specalign.transformers.streaming.forwards_in_lockstep`):
+    every unit is read from the checkpoint once for all of them, the layers before
+    ``layer`` run once (the variants replay their outputs), and one unit's weights are
+    resident at a time, beside the forwards' own states.
+
+    Each forward puts its own W_O into the resident layer just before the projection
+    runs (a pre-hook; the forwards take turns, so no other runs meanwhile): the
+    unchanged one the tensor the stream read, a variant its W_O cast to the compute dtype
+    then, so that one variant's cast copy exists at a time. Every forward computes what
+    it would alone, on the same values: the probabilities equal those of one variant
+    streamed at a time (tested).
+    """
+    import torch
+
+    seen: dict[str, Any] = {}
+
+    def own_weight(mod: Any, _args: Any) -> None:
+        current = mod._parameters["weight"]
+        if current is not seen.get("installed"):
+            seen["original"] = current  # the stream's, read from the checkpoint
+        k = streaming.current_run(model)
+        if not k:
+            weight = seen["original"]
+        else:
+            new = torch.as_tensor(stored[k - 1], dtype=current.dtype, device=device)
+            weight = torch.nn.Parameter(new, requires_grad=False)
+        mod._parameters["weight"] = seen["installed"] = weight
+
+    handle = module.register_forward_pre_hook(own_weight)
+    try:
+        return streaming.forwards_in_lockstep(model, layer, [prob] * (len(stored) + 1))
+    finally:
+        handle.remove()
+        seen.clear()
 
 
 def next_token_prob_change(
