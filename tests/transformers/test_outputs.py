@@ -22,7 +22,9 @@ from specalign.transformers import reproduction as tr
 from specalign.transformers import spectra as spec
 from specalign.transformers import sphere, steer
 from specalign.transformers import tables as tt
-from specalign.transformers.weights import BlockWeights, ModelWeights
+from specalign.transformers.contracts import write_weights_h5
+from specalign.transformers.figures.depth import _spans_a_decade
+from specalign.transformers.weights import BlockWeights, ModelWeights, shares_weights
 
 ETA = 1.0
 D = 8
@@ -134,10 +136,20 @@ def test_per_model_figures_render(data, tmp_path):
         assert mode in cap
         cap = _save(ptf.correlations_figure(pr["tiny"], "tiny", mode), tmp_path, f"co_{mode}")
         assert "Fig. 5" in cap and "random 2-plane" in cap
-    assert "Figs. 2 and 8" in ptf.alignment_figure(pr["tiny"], "tiny", "simplified_real")[1]
-    assert "Fig. 12" in ptf.alignment_figure(pr["tiny"], "tiny", "real_model")[1]
-    assert "Fig. 1b" in ptf.alignment_figure(pr["albert_tiny"], "a", "simplified_real")[1]
-    assert "Fig. 11" in ptf.alignment_figure(pr["albert_tiny"], "a", "real_model")[1]
+    # the paper figure follows the shared attribute of the model's spectra.nc
+    def paper(model: str, mode: str, spectra: xr.Dataset | None) -> str:
+        return ptf.alignment_figure(pr[model], model, mode, spectra=spectra)[1]
+
+    assert "Figs. 2 and 8" in paper("tiny", "simplified_real", sp["tiny"])
+    assert "Fig. 1b" not in paper("tiny", "simplified_real", sp["tiny"])
+    assert "Fig. 12" in paper("tiny", "real_model", sp["tiny"])
+    assert "Fig. 1b" in paper("albert_tiny", "simplified_real", sp["albert_tiny"])
+    assert "Figs. 2 and 8" not in paper("albert_tiny", "simplified_real", sp["albert_tiny"])
+    assert "Fig. 11" in paper("albert_tiny", "real_model", sp["albert_tiny"])
+    # without spectra.nc it is not known, and the caption names both
+    assert "Fig. 1b (ALBERT) for shared weights, paper Figs. 2 and 8 otherwise" in paper(
+        "albert_tiny", "simplified_real", None
+    )
     cap = _save(ptf.token_distance_figure(pr["tiny"], "tiny"), tmp_path, "dist")
     assert "Fig. 4" in cap and "sqrt(2)" in cap
     cap = _save(ptf.prolonged_figure(pr["albert_tiny"], "albert_tiny"), tmp_path, "prolonged")
@@ -184,8 +196,8 @@ def test_figures_say_what_they_show(data, tmp_path):
     # sin(theta) within one decade: a linear axis, said in the caption
     fig, cap = ptf.prolonged_figure(pr["tiny"], "tiny")
     assert fig.axes[1].get_yscale() == ("log" if "log scale" in cap else "linear")
-    assert ptf._spans_a_decade(np.array([0.97, 0.99, 1.0])) is False
-    assert ptf._spans_a_decade(np.array([1e-3, 0.5])) is True
+    assert _spans_a_decade(np.array([0.97, 0.99, 1.0])) is False
+    assert _spans_a_decade(np.array([1e-3, 0.5])) is True
     # Figure 14: the consensus level of an even split is sqrt(2n): listed once
     fig, _ = ptf.sphere_figure14(data["sphere"]["sphere"])
     texts = [
@@ -480,6 +492,36 @@ def test_table_writers(data, tmp_path):
     assert (tmp_path / "eigenvalues.md").read_text().startswith("Eigenvalues of F_t")
     sp = tt.write_sphere_table(tmp_path / "sphere", data["sphere"]["sphere"])
     assert [p.suffix for p in sp] == [".csv", ".md", ".html"]
+
+
+def test_shared_weights_are_what_the_files_record(data, tmp_path):
+    """One reading of "shared weights" (weights.shares_weights): the ``shared``
+    attribute weights.h5 and spectra.nc record, which the figures, the tables and the
+    series follow, whatever the family or the eigenvalues suggest."""
+    import h5py
+
+    sp, pr = data["spectra"], data["prop"]
+    assert shares_weights(sp["albert_tiny"].attrs) and not shares_weights(sp["tiny"].attrs)
+    # weights.h5 says what spectra.nc says; a one-layer ALBERT has nothing to share
+    one_layer = _weights("albert", 1, True, seed=3)
+    for name, mw in (("albert", _weights("albert", 3, True, seed=3)), ("one", one_layer)):
+        write_weights_h5(tmp_path / f"{name}.h5", mw)
+        with h5py.File(tmp_path / f"{name}.h5", "r") as f:
+            in_h5 = shares_weights(dict(f.attrs))
+        assert in_h5 == shares_weights(spec.spectra_dataset(mw, ETA).attrs) == mw.shared
+    assert not one_layer.shared
+    with pytest.raises(ValueError, match="shared"):
+        shares_weights(pr["albert_tiny"].attrs)  # propagation.nc does not record it
+    # a BERT-family file that records shared weights is read as shared everywhere
+    marked = sp["tiny"].copy()
+    marked.attrs["shared"] = 1
+    assert "shared weights: one F" in ptf.eigenvalue_figure(marked, "tiny")[1]
+    assert "shared weights: one F" not in ptf.eigenvalue_figure(sp["tiny"], "tiny")[1]
+    caption = ptf.alignment_figure(pr["tiny"], "tiny", spectra=marked)[1]
+    assert "Fig. 1b" in caption
+    assert "1 by construction" in ptf.eigvec_continuity_figure({"tiny": marked})[1]
+    assert tt.rate_summary(pr["tiny"], marked)["shared"]
+    assert not tt.rate_summary(pr["tiny"], sp["tiny"])["shared"]
 
 
 def test_rate_summary_shared_model(data):

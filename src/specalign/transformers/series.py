@@ -42,6 +42,7 @@ from specalign.transformers.tables import (
     tilt_summary,
 )
 from specalign.transformers.training import WELL_BELOW
+from specalign.transformers.weights import shares_weights
 
 BASE_MODES = ("simplified_real", "simplified_full", "real_model")
 PROLONGED_MODES = ("prolonged_full", "prolonged_real")
@@ -188,7 +189,7 @@ def series_dataset(
                 r["measured"],
                 r["predicted"],
             )
-        shared[s] = bool(int(spec.attrs.get("shared", 0)))
+        shared[s] = shares_weights(spec.attrs)
         g = gap_summary(spec)
         rel = relative_gaps(spec)
         gaps["frac_small_gap"][s] = g["frac_small"]
@@ -392,6 +393,10 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
     initialisation) is drawn as a dotted line, the null of every curve."""
     import matplotlib.pyplot as plt
 
+    # the figures' curve-with-band, here with the default band edge this figure has always
+    # had (imported here: the data and table functions above need no plotting)
+    from specalign.transformers.figures.style import line_band
+
     panels = ["tilt", "gamma", "gaps", "radius", "steer"]
     if "final_gamma" in ds:
         panels.append("prolonged")
@@ -431,14 +436,10 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
         elif panel == "gamma":
             for mode in ds["mode"].values:
                 y = ds["gamma"].sel(mode=mode).values
-                (line,) = ax.plot(x, y, marker="o", ms=3, label=str(mode))
-                ax.fill_between(
-                    x,
-                    ds["gamma_lo"].sel(mode=mode),
-                    ds["gamma_hi"].sel(mode=mode),
-                    color=line.get_color(),
-                    alpha=0.2,
-                )
+                line = line_band(
+                    ax, x, y, ds["gamma_lo"].sel(mode=mode), ds["gamma_hi"].sel(mode=mode),
+                    alpha=0.2, band_lw=None, marker="o", ms=3, label=str(mode),
+                )  # fmt: skip
                 ax.plot(x, ds["gamma_null"].sel(mode=mode), color="0.35", lw=0.8, ls="--")
                 null0(ax, y, line.get_color())
             setup(ax, "(1) gamma = |cos(x, v1)|; null dashed")
@@ -471,15 +472,11 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
         elif panel == "steer":
             for i, m in enumerate(ds["method"].values):
                 for j, c in enumerate(ds["c"].values):
-                    y = ds["steer_gain"].values[:, i, j]
-                    (line,) = ax.plot(x, y, marker="o", ms=3, label=f"{m} c={c:g}")
-                    ax.fill_between(
-                        x,
-                        ds["steer_gain_lo"].values[:, i, j],
-                        ds["steer_gain_hi"].values[:, i, j],
-                        color=line.get_color(),
-                        alpha=0.15,
-                    )
+                    line_band(
+                        ax, x, ds["steer_gain"].values[:, i, j],
+                        ds["steer_gain_lo"].values[:, i, j], ds["steer_gain_hi"].values[:, i, j],
+                        alpha=0.15, band_lw=None, marker="o", ms=3, label=f"{m} c={c:g}",
+                    )  # fmt: skip
             ax.axhline(0, color="0.35", lw=0.8)
             setup(ax, "(4) steering gain of gamma_u")
             ax.legend(fontsize=5)

@@ -39,6 +39,7 @@ import xarray as xr
 from specalign.output import nanmean as _nanmean
 from specalign.output import nanstd as _nanstd
 from specalign.output import write_table
+from specalign.transformers.weights import shares_weights
 
 __all__ = [
     "GAMMA_CONVERGED",
@@ -545,14 +546,17 @@ def rate_summary(
     repeat the last block) vs the power-method prediction from ``spectra``.
 
     For a shared-weight model every layer repeats the block; otherwise only the layers
-    past the original depth do, and only those enter the rate. None if the mode is absent.
+    past the original depth do, and only those enter the rate. Whether the weights are
+    shared is what ``spectra.nc`` records (:func:`~specalign.transformers.weights.
+    shares_weights`); without ``spectra`` the model counts as unshared. None if the mode
+    is absent.
     """
     from specalign.transformers.sphere import measured_convergence_rate
 
     ds = mode_view(prop, mode)
     if ds is None:
         return None
-    shared = bool(int(spectra.attrs.get("shared", 0))) if spectra is not None else False
+    shared = shares_weights(spectra.attrs) if spectra is not None else False
     base = mode_view(prop, "simplified_real")
     depth = (
         int(spectra.attrs["n_layers"])
