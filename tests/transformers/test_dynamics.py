@@ -13,6 +13,7 @@ import pytest
 import torch
 from hand_weights import bert_weights, gpt2_weights, model_from_F, sym
 
+from specalign.transformers import directions, hf, metrics
 from specalign.transformers import propagate as prop
 from specalign.transformers import sphere as S
 
@@ -173,7 +174,7 @@ def test_shared_layer_gamma_rate_matches_power_method():
     T = 60  # prolonged: 12 real layers repeated
     states = prop.simplified_forward(mw, X0, eta, attention="full", n_layers=T)
     assert states.shape == (T + 1, 3, 5, 6)
-    ds = prop.propagation_metrics(mw, {"simplified_full": states}, n_null_draws=2)
+    ds = metrics.propagation_metrics(mw, {"simplified_full": states}, n_null_draws=2)
     gamma = ds["gamma"].sel(mode="simplified_full").values  # (layer, token)
     measured = S.measured_convergence_rate(gamma, tail=0.5)
     predicted = S.convergence_rate_prediction(F, eta)
@@ -241,7 +242,7 @@ def test_gpt2_attention_sublayer_matches_hook(tiny_gpt2):
 
 def test_real_forward_hidden_states(tiny_gpt2, gpt2_dir):
     ids = np.random.default_rng(0).integers(0, 64, (2, 5))
-    hs = prop.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64)
+    hs = hf.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64)
     assert hs.shape == (3, 2, 5, 32) and hs.dtype == np.float64
     last = {}
     h = tiny_gpt2.transformer.h[-1].register_forward_hook(
@@ -252,7 +253,7 @@ def test_real_forward_hidden_states(tiny_gpt2, gpt2_dir):
     h.remove()
     # float32 checkpoint on disk: agreement to float32 precision; residual stream, no ln_f
     assert np.allclose(hs[-1], last["x"], atol=1e-5)
-    normed = prop.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64, final_norm=True)
+    normed = hf.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64, final_norm=True)
     assert not np.allclose(normed[-1], hs[-1], atol=1e-3)
     assert np.allclose(normed[:-1], hs[:-1])
 
@@ -270,7 +271,7 @@ def test_metrics_hand_made_example():
     # second run: the tokens start on e2 and jump to e1 at layer 1, so psi_1 = 1, rho_1 = 1
     jump = at_v1.copy()
     jump[0] = e[1]
-    ds = prop.propagation_metrics(mw, {"a": at_v1, "b": jump}, n_null_draws=4)
+    ds = metrics.propagation_metrics(mw, {"a": at_v1, "b": jump}, n_null_draws=4)
     assert ds.sizes == {"mode": 2, "layer": 2, "token": 6, "prompt": 2, "state": 3}
     assert np.allclose(ds["gamma"].sel(mode="a"), 1.0)
     assert np.allclose(ds["psi"].sel(mode="a"), 0.0)
@@ -292,8 +293,8 @@ def test_metrics_hand_made_example():
     # random states: rho in [0, 1], pearson and cosine both available and different
     rng = np.random.default_rng(0)
     R = rng.standard_normal((3, 4, 5, d)) + 0.7  # a common offset separates the two
-    cos = prop.propagation_metrics(mw, {"r": R}, corr="cosine", n_null_draws=3)
-    pea = prop.propagation_metrics(mw, {"r": R}, corr="pearson", n_null_draws=3)
+    cos = metrics.propagation_metrics(mw, {"r": R}, corr="cosine", n_null_draws=3)
+    pea = metrics.propagation_metrics(mw, {"r": R}, corr="pearson", n_null_draws=3)
     for ds_ in (cos, pea):
         for v in ("rho", "rho_mean", "rho_null", "rho_neg_null"):
             assert ((ds_[v] >= 0) & (ds_[v] <= 1)).all()
@@ -305,12 +306,12 @@ def test_metrics_hand_made_example():
     ref = np.abs(Xc @ v1c) / (np.linalg.norm(Xc, axis=-1) * np.linalg.norm(v1c))
     assert np.allclose(pea["gamma"].sel(layer=1, mode="r"), ref.reshape(-1))
     # corr_proj: span(v1) alone reproduces gamma under cosine; span(v1, v2) gives >= gamma
-    one = prop.propagation_metrics(mw, {"r": R}, proj="v1", n_null_draws=1)
+    one = metrics.propagation_metrics(mw, {"r": R}, proj="v1", n_null_draws=1)
     assert np.allclose(one["corr_proj"], one["gamma"])
     assert (cos["corr_proj"] >= cos["gamma"] - 1e-12).all()
     # Figure 4 distance: e1, e2, -e1 (any scale) -> mean of sqrt2, 2, sqrt2
     tri = np.array([[3.0, 0, 0, 0], [0, 0.5, 0, 0], [-1.0, 0, 0, 0]])
-    assert prop.token_distance(tri) == pytest.approx((2 * np.sqrt(2) + 2) / 3)
+    assert metrics.token_distance(tri) == pytest.approx((2 * np.sqrt(2) + 2) / 3)
 
 
 def test_principal_directions_complex_leading_pair():
@@ -318,7 +319,7 @@ def test_principal_directions_complex_leading_pair():
     F = np.zeros((4, 4))
     F[:2, :2] = [[2.0, -1.0], [1.0, 2.0]]
     F[2, 2], F[3, 3] = 1.5, -2.0
-    pdir = prop.principal_directions(F)
+    pdir = directions.principal_directions(F)
     assert pdir["lambda1_is_complex"]
     assert np.allclose(np.abs(pdir["v1"]), [0, 0, 1, 0]) and pdir["lambda_v1"] == 1.5
     assert np.allclose(np.abs(pdir["v_neg"]), [0, 0, 0, 1]) and pdir["lambda_neg"] == -2.0
@@ -334,7 +335,7 @@ def test_random_direction_null_level_high_dimension():
     mw = model_from_F([F])
     rng = np.random.default_rng(1)
     states = rng.standard_normal((2, 10, 20, d))
-    ds = prop.propagation_metrics(mw, {"random": states}, n_null_draws=8, seed=3)
+    ds = metrics.propagation_metrics(mw, {"random": states}, n_null_draws=8, seed=3)
     expect = np.sqrt(2 / (np.pi * d))
     assert float(ds["gamma_null"].mean()) == pytest.approx(expect, rel=0.1)
     assert float(ds["gamma"].mean()) == pytest.approx(expect, rel=0.25)  # v1 is random too
@@ -364,18 +365,18 @@ def test_real_attention_reduces_to_full_with_zero_queries():
 
 
 def test_prompts():
-    ids = prop.random_prompts(50, 4, 6, seed=1, special_ids_to_avoid=[0, 1, 2, 49])
+    ids = hf.random_prompts(50, 4, 6, seed=1, special_ids_to_avoid=[0, 1, 2, 49])
     assert ids.shape == (4, 6) and ids.dtype == np.int64
     assert not np.isin(ids, [0, 1, 2, 49]).any() and ids.max() < 50
-    assert np.array_equal(ids, prop.random_prompts(50, 4, 6, 1, [0, 1, 2, 49]))
+    assert np.array_equal(ids, hf.random_prompts(50, 4, 6, 1, [0, 1, 2, 49]))
 
     def tok(text, add_special_tokens=False):
         return {"input_ids": [len(w) for w in text.split()]}
 
-    out = prop.text_prompts(tok, ["a bb ccc dddd", "short one", "", "x yy zzz w v"], 4)
+    out = hf.text_prompts(tok, ["a bb ccc dddd", "short one", "", "x yy zzz w v"], 4)
     assert out.tolist() == [[1, 2, 3, 4], [1, 2, 3, 1]]
     with pytest.raises(ValueError):
-        prop.text_prompts(tok, ["a b"], 3)
+        hf.text_prompts(tok, ["a b"], 3)
 
 
 
@@ -383,12 +384,9 @@ def test_prompts():
 def test_metrics_equal_direct_correlations(corr):
     """The metrics' fast path (norms computed once per mode) equals the plain definition
     |corr(x_i, v1_t)| and psi_t = gamma_t - |corr(x_i^{t-1}, v1_t)|, for tokens and nulls."""
-    from specalign.transformers.propagate import (
-        correlation,
-        layer_directions,
-        propagation_metrics,
-        simplified_forward,
-    )
+    from specalign.transformers.directions import layer_directions
+    from specalign.transformers.metrics import correlation, propagation_metrics
+    from specalign.transformers.propagate import simplified_forward
 
     rng = np.random.default_rng(3)
     mw = model_from_F([sym([2.0, 1.0, 0.5, -1.0]), sym([1.5, -0.5, 0.2, 0.1], seed=1)])

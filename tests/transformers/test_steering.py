@@ -11,7 +11,7 @@ import pytest
 import torch
 from hand_weights import gpt2_weights, model_from_F, sym
 
-from specalign.transformers import propagate as prop
+from specalign.transformers import directions
 from specalign.transformers import steer as st
 
 torch.set_num_threads(1)
@@ -55,7 +55,7 @@ def test_steered_weights_and_gamma():
     assert res.u_is_leading
     assert len(new_mw.blocks) == 2 and list(new_mw.layer_block) == [0, 0, 0, 1]
     assert np.array_equal(new_mw.blocks[0].W_O, mw.blocks[0].W_O)
-    v1_last = prop.layer_directions(new_mw)["v1"][-1]
+    v1_last = directions.layer_directions(new_mw)["v1"][-1]
     assert abs(v1_last @ u) / np.linalg.norm(u) == pytest.approx(1.0, abs=1e-10)
     X0 = np.random.default_rng(3).standard_normal((4, 6, 6))
     ds = st.steering_gamma(mw, X0, 0.5, u, res.W_O, attention="full")
