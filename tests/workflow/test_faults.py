@@ -687,7 +687,7 @@ def test_bitflip_in_dataset_is_caught_by_checksum(reference, tmp_path, faults):
 
 
 def test_diverged_seeds_recorded_and_excluded(reference, faults):
-    from specalign.commutators import tables
+    from specalign.commutators.runs import seed_values
     from specalign.commutators.train import DIVERGENCE_FACTOR
 
     exp = "blowup"
@@ -731,7 +731,7 @@ def test_diverged_seeds_recorded_and_excluded(reference, faults):
     g0 = ds["G_D"].sel(checkpoint="t=0", layer=0).values
     assert np.isfinite(g0[diverged]).all()
     # ... and still never enter a summary:
-    sv = tables.seed_values(ds, "G_D", "t=0", 0)
+    sv = seed_values(ds, "G_D", "t=0", 0)
     assert sv.n_diverged == n_div and set(sv.seeds) == set(ds.seed.values[~diverged])
 
     # The tables: the run is paper Table 6's c = 1 network; each row counts the
