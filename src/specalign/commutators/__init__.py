@@ -22,10 +22,6 @@ The same roles as in :mod:`specalign.transformers`:
 
 * ``contracts``: ``trajectories.h5`` and ``diagnostics.nc``, read and written;
 * ``paper``: the published numbers of Section 10, as data;
-* ``runs``: finding runs by their attributes, and the active-seed statistics
-  (Sec. 10.1) that tables and figures share;
-* ``claims``: the rules, fixed in advance, for when ours differs from a published
-  number and when an identity's residual is rounding;
 * ``tables``: paper Tables 1-6 and the text numbers, ours beside the paper's;
 * ``reproduction``: the commutator half of ``results/reproduction.md``;
 * ``figures``: paper Figures 1-5.

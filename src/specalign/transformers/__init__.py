@@ -25,7 +25,6 @@ alignment metrics), ``steer``, ``sphere`` (the supplement's dynamics on the sphe
 
 The same roles as in :mod:`specalign.commutators`: ``contracts`` (``weights.h5`` and the
 manifests, read and written; the modes of ``propagation.nc``), ``paper`` (the paper's
-claims, as data), ``claims`` (the claims' summaries and verdict rules, fixed in
-advance), ``tables``, ``reproduction`` (the transformer half of
+claims, as data), ``tables``, ``reproduction`` (the transformer half of
 ``results/reproduction.md``) and ``figures``.
 """
