@@ -20,7 +20,7 @@ pytestmark = pytest.mark.pipeline
 COPIED = ("Snakefile", "rules", "scripts", "src", "config", "report", "envs", "profiles")
 
 COMMUTATOR_SUMMARIES = {"commutator_tables", "commutator_figure", "reproduction"}
-DIAGNOSE = {"commutators"} | COMMUTATOR_SUMMARIES
+DIAGNOSE = {"diagnostics"} | COMMUTATOR_SUMMARIES
 TRAIN = {"train_ensemble"} | DIAGNOSE
 TRANSFORMER_FIGURES = {"transformer_model_figures", "transformer_overview"}
 TRANSFORMER_SUMMARIES = TRANSFORMER_FIGURES | {
@@ -166,5 +166,5 @@ def test_one_experiment_setting_reruns_that_experiment(copied, finished_run):
     # the diagnostic sample is data: prepare, train (its input changed), diagnose the one
     # experiment, then the summaries that read it; no transformer job
     assert jobs.get("prepare_data") == 1 and jobs.get("train_ensemble") == 1
-    assert jobs.get("commutators") == 1
+    assert jobs.get("diagnostics") == 1
     assert set(jobs) == {"prepare_data"} | TRAIN
