@@ -404,6 +404,41 @@ def test_rate_verdict_a_predicted_rate_of_one_is_no_convergence():
     assert "does not match" in tc.rate_verdict(_rate_row(measured=0.5))
 
 
+def test_over_training_rules_take_step_zero_as_the_null():
+    """Claims (1) and (2) along a checkpoint series ("(7) Over training"): claim (1)
+    emerges at the first step from which rho - null stays TILT_MARGIN above both its null
+    and its step-0 value with the tilt in a majority of layers; claim (2) needs both
+    gamma -> 1 and the rate within RATE_TOL at the last step."""
+    steps = np.array([0, 10, 20, 40])
+    ds = xr.Dataset(
+        {
+            # mode a: passes from step 20 on; mode b: above the null from step 10, but
+            # its tilt fraction drops below one half at the last step
+            "rho_minus_null": (("mode", "step"), [[0.02, 0.05, 0.2, 0.25], [0.01, 0.2, 0.2, 0.3]]),
+            "tilt_fraction": (("mode", "step"), [[0.2, 0.6, 0.8, 0.9], [0.1, 0.7, 0.7, 0.4]]),
+            "final_gamma": (
+                ("prolonged", "step"),
+                [[0.5, 0.9, 0.95, 0.995], [0.5, 0.9, 0.95, 0.98]],
+            ),
+            "measured_rate": (
+                ("prolonged", "step"),
+                [[0.9, 0.8, 0.7, 0.61], [0.9, 0.8, 0.7, 0.61]],
+            ),
+            "predicted_rate": (("prolonged", "step"), [[0.8, 0.8, 0.7, 0.6], [0.8, 0.8, 0.7, 0.6]]),
+        },
+        coords={"step": steps, "mode": ["a", "b"], "prolonged": ["p", "q"]},
+    )
+    a, b = tc.claim1_over_training(ds, "a"), tc.claim1_over_training(ds, "b")
+    assert (a["emerges"], a["step0"], a["final"]) == (20, 0.02, 0.25)
+    assert b["emerges"] is None  # a majority of layers at every later step, or nothing
+    p, q = tc.claim2_over_training(ds, "p"), tc.claim2_over_training(ds, "q")
+    assert p["converged"] and p["rate_matches"] and p["verdict"] == "holds"
+    assert not q["converged"] and q["rate_matches"] and q["verdict"] == "does not hold"
+    late = ds.copy(deep=True)
+    late["measured_rate"][0, -1] = 0.6 + 2 * tc.RATE_TOL
+    assert tc.claim2_over_training(late, "p")["verdict"] == "does not hold"
+
+
 def test_eigenvalue_table_rows_and_values(data):
     sp = data["spectra"]["tiny"]
     df = tt.eigenvalue_table(sp, "tiny")
