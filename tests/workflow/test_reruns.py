@@ -92,6 +92,10 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         ("commutators/data/synthetic.py", {"prepare_data"} | TRAIN),
         # the commutator figures: those only, no transformer job
         ("commutators/figures.py", {"commutator_figure"}),
+        # run selection and seed statistics: every commutator table and figure
+        ("commutators/runs.py", COMMUTATOR_SUMMARIES),
+        # the materiality rule: the tables and the report, not the figures
+        ("commutators/claims.py", {"commutator_tables", "reproduction"}),
         # the shared figure and table writers: every table and figure of both studies
         # (save_figure used to live in the commutator figures, whose edit missed the
         # transformer figures)
@@ -101,6 +105,8 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         ("transformers/steer.py",
          {"steer"} | TRANSFORMER_SUMMARIES - {"transformer_overview", "transformer_layers"}),
         ("transformers/tables.py", TRANSFORMER_SUMMARIES),
+        # the claims' verdict rules: the report and the per-layer verdicts, no table or figure
+        ("transformers/claims.py", {"transformer_layers", "reproduction"}),
         # the family adapters: the random models (built as causal LMs or not by family),
         # fetch_model (it checks a fetched model's positions through its adapter,
         # limits.model_problems), extraction and everything computed from weights.h5

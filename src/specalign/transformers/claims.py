@@ -658,7 +658,7 @@ def claim1_over_training(ds: xr.Dataset, mode: str) -> dict[str, Any]:
     ex = ds["rho_minus_null"].sel(mode=mode).values
     frac = ds["tilt_fraction"].sel(mode=mode).values
     at0 = float(ex[0]) if int(steps[0]) == 0 else float("nan")
-    ok = (ex >= TILT_MARGIN) & (frac >= 0.5)
+    ok = (ex >= TILT_MARGIN) & (frac >= TILT_MAJORITY)
     if np.isfinite(at0):
         ok &= ex - at0 >= TILT_MARGIN
     return {
@@ -678,13 +678,13 @@ def claim2_over_training(ds: xr.Dataset, prolonged: str) -> dict[str, Any]:
     g = ds["final_gamma"].sel(prolonged=prolonged).values
     m = ds["measured_rate"].sel(prolonged=prolonged).values
     r = ds["predicted_rate"].sel(prolonged=prolonged).values
-    converged = g[-1] >= GAMMA_CONVERGED
-    rate_matches = abs(m[-1] - r[-1]) <= RATE_TOL
+    converged = bool(g[-1] >= GAMMA_CONVERGED)
+    rate_matches = bool(abs(m[-1] - r[-1]) <= RATE_TOL)
     return {
-        "gamma_start": g[0],
-        "gamma_final": g[-1],
-        "measured": m[-1],
-        "predicted": r[-1],
+        "gamma_start": float(g[0]),
+        "gamma_final": float(g[-1]),
+        "measured": float(m[-1]),
+        "predicted": float(r[-1]),
         "converged": converged,
         "rate_matches": rate_matches,
         "verdict": "holds" if converged and rate_matches else "does not hold",
