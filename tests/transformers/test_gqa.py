@@ -31,6 +31,7 @@ CONTROL = "bert"
 def test_the_grouped_query_cases_are_the_expected_families() -> None:
     assert {CONFIGS[c]["model_type"] for c in GQA} == {
         "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
+        "falcon",
     }  # fmt: skip
     assert CONTROL not in GQA
 
@@ -432,7 +433,7 @@ def test_steering_on_a_lazy_read_is_bit_identical_and_reads_each_block_once(
     X0, e = rng.standard_normal((3, 4, eager.d_model)), rng.standard_normal(eager.d_model)
     monkeypatch.setattr(st, "steering_target", lambda *a, **k: st.SteeringTarget(7, (), ""))
     monkeypatch.setattr(st, "model_inputs", lambda *a, **k: (X0, e))
-    monkeypatch.setattr(st.family(eager.family), "causal_lm", False, raising=False)
+    monkeypatch.setattr(st.adapter_class(eager.family), "causal_lm", False, raising=False)
     cfg = {"target_text": "x", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
     ids = np.zeros((3, 4), int)
     ref = st.steering_dataset(eager, "unused", ids, 0.7, cfg, 0, 3, directions=directions)

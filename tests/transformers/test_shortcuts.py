@@ -16,7 +16,7 @@ from tiny_models import TINY_CONFIGS
 
 from specalign.transformers import propagate as prop
 from specalign.transformers import spectra, steer
-from specalign.transformers.families import family
+from specalign.transformers.families import adapter_class
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
 D, ETA = 12, 0.5
@@ -132,7 +132,7 @@ def test_steering_dataset_equals_every_steered_model_run_in_full(name, monkeypat
         np.testing.assert_array_equal(a.W_O, b.W_O)
 
 
-CAUSAL = [t for t in TINY_CONFIGS if family(t).causal_lm]
+CAUSAL = [t for t in TINY_CONFIGS if adapter_class(t).causal_lm]
 
 
 @pytest.mark.parametrize("model_type", CAUSAL)

@@ -29,7 +29,8 @@ from specalign.transformers import streaming
 
 torch.set_num_threads(1)
 
-STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln"]
+STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln",
+                "falcon"]
 
 
 def _folder(tmp: Path, case: str, **save: Any) -> Path:
@@ -256,7 +257,7 @@ def test_streamed_passes_on_cuda_agree_with_cpu(tmp_models: Path, case: str) -> 
     assert (np.abs(gpu - cpu) <= 1e-5 * scale).all()
     X0, e = st.model_inputs(folder, ids, 5, device="cuda")
     np.testing.assert_allclose(X0, cpu[0], rtol=0, atol=1e-6 * float(scale[0]))
-    if tiny_models.family(CONFIGS[case]["model_type"]).causal_lm:
+    if tiny_models.adapter_class(CONFIGS[case]["model_type"]).causal_lm:
         W = np.zeros((X0.shape[-1], X0.shape[-1]))
         probs = []
         for device in ("cpu", "cuda"):

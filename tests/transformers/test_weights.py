@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 
 from specalign.io import InputFileError, read_netcdf, write_netcdf
+from specalign.transformers import families
 from specalign.transformers.contracts import read_weights_h5, write_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
 from specalign.transformers.families import FAMILIES, UnknownFamilyError
@@ -254,6 +256,32 @@ def test_unknown_family_errors(tmp_path: Path) -> None:
     assert ", ".join(sorted(FAMILIES)) in msg
     assert "FamilyAdapter subclass with model_type = 'mamba'" in msg
     assert "specalign/transformers/families.py" in msg
+
+
+def test_defining_an_adapter_registers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subclass that sets ``model_type`` joins ``FAMILIES`` as it is defined; one that
+    only inherits it (a shared base) does not; a second class for a taken ``model_type``
+    is refused; ``FAMILIES`` cannot be written."""
+    monkeypatch.setattr(families, "_REGISTRY", dict(families._REGISTRY))
+    monkeypatch.setattr(families, "FAMILIES", MappingProxyType(families._REGISTRY))
+    before = set(families.FAMILIES)
+
+    class MambaAdapter(families.LlamaAdapter):
+        model_type = "mamba"
+
+    class Variant(MambaAdapter):  # inherits "mamba": no second family
+        pass
+
+    assert set(families.FAMILIES) == before | {"mamba"}
+    assert families.adapter_class("mamba") is MambaAdapter
+    with pytest.raises(TypeError, match="'llama'.*LlamaAdapter"):
+
+        class Again(families.FamilyAdapter):
+            model_type = "llama"
+
+    assert families.adapter_class("llama") is families.LlamaAdapter
+    with pytest.raises(TypeError):
+        families.FAMILIES["x"] = MambaAdapter  # type: ignore[index]
 
 
 def test_missing_weights_name_the_folder(tmp_path: Path) -> None:

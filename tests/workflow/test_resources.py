@@ -150,6 +150,10 @@ MODERN = {
                    "num_hidden_layers": 32, "num_attention_heads": 32,
                    "num_key_value_heads": 32, "vocab_size": 32064,
                    "tie_word_embeddings": False},
+    # multi-query (one key/value head), parallel attention and MLP, no biases
+    "falcon-7b": {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
+                  "num_attention_heads": 71, "multi_query": True, "parallel_attn": True,
+                  "bias": False, "vocab_size": 65024},
 }  # fmt: skip
 
 

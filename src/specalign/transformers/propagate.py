@@ -49,7 +49,7 @@ import xarray as xr
 from specalign.io import InputFileError
 from specalign.transformers import spectra, streaming
 from specalign.transformers.contracts import MODES
-from specalign.transformers.families import family
+from specalign.transformers.families import adapter_class
 from specalign.transformers.sources import TOKENIZER_PATTERNS
 from specalign.transformers.variables import PROPAGATION, describe
 from specalign.transformers.weights import BlockWeights, ModelWeights
@@ -507,7 +507,7 @@ def model_hidden_states(model: Any, input_ids: np.ndarray, final_norm: bool = Fa
         raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
     if not final_norm:
         model.config.tie_last_hidden_states = False
-        loop_norm = family(getattr(model.config, "model_type", None)).final_norm_in_loop
+        loop_norm = adapter_class(getattr(model.config, "model_type", None)).final_norm_in_loop
         if loop_norm is not None:
             setattr(model, loop_norm, torch.nn.Identity())
     device = streaming.model_device(model)

@@ -156,7 +156,8 @@ def safetensors_parameters(model_dir: str | Path) -> int | None:
 
 def _ffn_width(config: Mapping[str, Any], d: int) -> int:
     return next(
-        (int(config[k]) for k in ("intermediate_size", "n_inner", "ffn_dim", "hidden_dim")
+        (int(config[k])
+         for k in ("intermediate_size", "n_inner", "ffn_dim", "hidden_dim", "ffn_hidden_size")
          if config.get(k)),
         4 * d,
     )  # fmt: skip

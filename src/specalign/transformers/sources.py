@@ -572,9 +572,9 @@ def _random_model_class(model_type: str) -> Any:
     unsupported family fails here, before anything is written."""
     from transformers import AutoModel, AutoModelForCausalLM
 
-    from specalign.transformers.families import family
+    from specalign.transformers.families import adapter_class
 
-    return AutoModelForCausalLM if family(model_type).causal_lm else AutoModel
+    return AutoModelForCausalLM if adapter_class(model_type).causal_lm else AutoModel
 
 
 _SOURCE_FIELDS = {"hub": ("id", "revision"), "local": ("path",), "package": ("package",)}

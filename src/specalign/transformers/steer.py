@@ -37,7 +37,7 @@ import xarray as xr
 
 from specalign.io import InputFileError
 from specalign.transformers import contracts, propagate, spectra, streaming
-from specalign.transformers.families import family
+from specalign.transformers.families import adapter_class
 from specalign.transformers.propagate import Corr
 from specalign.transformers.variables import STEERING, describe
 from specalign.transformers.weights import BlockWeights, ModelWeights
@@ -397,7 +397,7 @@ def steering_gamma(
 def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
     """Layer ``layer``'s attention output projection module of a causal LM and whether
     its weight is stored transposed ((in, out), GPT-2's Conv1D) rather than (out, in)."""
-    adapter = family(getattr(model.config, "model_type", None))
+    adapter = adapter_class(getattr(model.config, "model_type", None))
     if adapter.out_projection is None:
         raise ValueError(
             f"next-token steering needs a causal LM; {adapter.model_type!r} models have none"
@@ -408,14 +408,14 @@ def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
 
 
 def _out_projection_path(model: Any, layer: int) -> str:
-    adapter = family(getattr(model.config, "model_type", None))
+    adapter = adapter_class(getattr(model.config, "model_type", None))
     return str(adapter.out_projection).format(layer=layer % int(model.config.num_hidden_layers))
 
 
 def _decoder_layers(model: Any) -> Any:
     """The causal LM's list of layers, from the adapter's output-projection path
     (``transformer.h.{layer}.attn.c_proj`` -> ``transformer.h``)."""
-    adapter = family(getattr(model.config, "model_type", None))
+    adapter = adapter_class(getattr(model.config, "model_type", None))
     prefix = str(adapter.out_projection).split("{layer}")[0].rstrip(".")
     return model.get_submodule(prefix)
 
@@ -727,7 +727,7 @@ def steering_dataset(
         mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress, threads
     )
     fam = mw.family
-    causal_lm = family(fam).causal_lm
+    causal_lm = adapter_class(fam).causal_lm
     del mw, weights
     gc.collect()
     if causal_lm:
