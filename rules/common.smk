@@ -304,7 +304,7 @@ def reported(paths, caption, category, subcategory=None, labels=None):
 
 def diagnostics_files(names=None):
     names = EXPERIMENTS if names is None else names
-    return expand(rules.commutators.output[0], experiment=names)
+    return expand(rules.diagnostics.output[0], experiment=names)
 
 
 # Targets are the rules' own outputs, expanded over the configured experiments and models:

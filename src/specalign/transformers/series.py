@@ -12,7 +12,7 @@ the per-model rules. :func:`series_dataset` sets their results side by side alon
   the final gamma and the measured per-layer rate of gamma -> 1 beside the power-method
   rate |mu2/mu1| of the repeated layer (mu = 1 + eta lambda);
 * claim (3), gaps and spectra: the fraction of layers whose relative gap
-  (lambda_1 - lambda_2)/|lambda_1| is below ``tables.SMALL_GAP``, the fraction whose
+  (lambda_1 - lambda_2)/|lambda_1| is below ``claims.SMALL_GAP``, the fraction whose
   lambda_1 is complex, the spectral radius and whether its eigenvalue is negative;
 * claim (4), steering: the gain of gamma_u (steered minus original) per method and c;
 * for runs made here, the train and held-out loss and the held-out unigram entropy.
@@ -30,17 +30,18 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from specalign.transformers.tables import (
+from specalign.transformers.claims import (
     GAMMA_CONVERGED,
     RATE_TOL,
     SMALL_GAP,
     TILT_MARGIN,
+    claim1_over_training,
+    claim2_over_training,
     gap_summary,
-    mode_view,
     rate_summary,
-    relative_gaps,
     tilt_summary,
 )
+from specalign.transformers.tables import mode_view, relative_gaps
 from specalign.transformers.training import WELL_BELOW
 from specalign.transformers.weights import shares_weights
 
@@ -521,34 +522,6 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
 # --------------------------------------------------------------------------- report
 
 
-def _first_lasting(steps: np.ndarray, ok: np.ndarray) -> int | None:
-    """The first step from which ``ok`` holds at every later step, or None."""
-    for i in range(len(steps)):
-        if ok[i:].all():
-            return int(steps[i])
-    return None
-
-
-def claim1_over_training(ds: xr.Dataset, mode: str) -> dict[str, Any]:
-    """Rule fixed in advance: claim (1) has emerged at step s when, from s on, rho - null
-    is at least TILT_MARGIN above its random-direction null AND at least TILT_MARGIN above
-    its value at step 0 (the initialisation), and the tilt holds in a majority of layers."""
-    steps = ds["step"].values
-    ex = ds["rho_minus_null"].sel(mode=mode).values
-    frac = ds["tilt_fraction"].sel(mode=mode).values
-    at0 = float(ex[0]) if int(steps[0]) == 0 else float("nan")
-    ok = (ex >= TILT_MARGIN) & (frac >= 0.5)
-    if np.isfinite(at0):
-        ok &= ex - at0 >= TILT_MARGIN
-    return {
-        "mode": mode,
-        "step0": at0,
-        "final": float(ex[-1]),
-        "emerges": _first_lasting(steps, ok),
-        "final_frac": float(frac[-1]),
-    }
-
-
 def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
     """The reproduction report's section "(7) Over training"."""
     lines = [
@@ -606,18 +579,15 @@ def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
             )
         if "final_gamma" in ds:
             for p in ds["prolonged"].values:
-                g = ds["final_gamma"].sel(prolonged=p).values
-                m = ds["measured_rate"].sel(prolonged=p).values
-                r = ds["predicted_rate"].sel(prolonged=p).values
-                conv = g[-1] >= GAMMA_CONVERGED
-                rate = abs(m[-1] - r[-1]) <= RATE_TOL
-                verdict = "holds" if conv and rate else "does not hold"
+                c = claim2_over_training(ds, p)
                 lines.append(
                     f"  - claim (2), {p} ({'shared' if int(ds['shared'][-1]) else 'unshared'} "
-                    f"weights): final gamma {g[0]:.3f} at step 0 -> {g[-1]:.3f} "
-                    f"(gamma -> 1 {'holds' if conv else 'does not hold'}); measured rate "
-                    f"{m[-1]:.3f} vs |mu2/mu1| {r[-1]:.3f} "
-                    f"({'matches' if rate else 'does not match'}): {verdict}."
+                    f"weights): final gamma {c['gamma_start']:.3f} at step 0 -> "
+                    f"{c['gamma_final']:.3f} "
+                    f"(gamma -> 1 {'holds' if c['converged'] else 'does not hold'}); measured "
+                    f"rate {c['measured']:.3f} vs |mu2/mu1| {c['predicted']:.3f} "
+                    f"({'matches' if c['rate_matches'] else 'does not match'}): "
+                    f"{c['verdict']}."
                 )
         fs, fc = ds["frac_small_gap"].values, ds["frac_complex_lambda1"].values
         lines.append(
