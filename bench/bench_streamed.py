@@ -10,7 +10,7 @@ of 10 tokens, 6 steering variants):
 * ``random_model``: ``sources.make_random_model`` (the twin, drawn and written one unit
   at a time; its output is the checkpoint the other jobs read);
 * ``propagate_real``: the real model's states of propagation (``real_model`` mode,
-  streamed: ``propagate.real_forward_hidden_states``);
+  streamed: ``hf.real_forward_hidden_states``);
 * ``steer_real``: steering's embedding output (``steer.model_inputs``) and the causal
   LM's next-token probabilities of the unchanged model and 6 variants of the last
   layer's W_O (``steer.next_token_probs`` on the streamed causal LM);
@@ -209,13 +209,13 @@ def work(cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
         "propagate_real": {"flops32": 2.0 * L * layer * tokens + attn,
                            "read": b * (L * layer + embed + d)},
         # the embeddings for state 0, one full pass of the LM, then per variant the
-        # last layer, the final norm and the head (the earlier layers replayed), with
-        # the embeddings read again
-        # (the head on the last position of each prompt only)
+        # last layer, the final norm and the head (the earlier layers replayed; the head
+        # on the last position of each prompt only); the variants advance with the
+        # unchanged pass, so the LM's units are read once for all of them
         "steer_real": {
             "flops32": (2.0 * L * layer * tokens + attn + 2.0 * head * N_PROMPTS)
             + N_VARIANTS * 2.0 * (layer * tokens + head * N_PROMPTS),
-            "read": b * (embed + n_params + N_VARIANTS * (layer + head + embed + d)),
+            "read": b * (embed + n_params),
         },
     }  # fmt: skip
 
@@ -244,16 +244,16 @@ def run_job(
     ckpt = folder / "checkpoint"
     t0, c0 = time.perf_counter(), time.process_time()
     info: dict[str, Any] = {}
-    from specalign.transformers import propagate as prop
+    from specalign.transformers import hf
 
-    ids = prop.random_prompts(cfg["vocab_size"], N_PROMPTS, N_TOKENS, seed=0)
+    ids = hf.random_prompts(cfg["vocab_size"], N_PROMPTS, N_TOKENS, seed=0)
     if job == "random_model":
         from specalign.transformers.sources import make_random_model
 
         make_random_model(dict(cfg), ckpt, seed=0)
         info["bytes"] = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
     elif job == "propagate_real":
-        states = prop.real_forward_hidden_states(ckpt, ids, device=device)
+        states = hf.real_forward_hidden_states(ckpt, ids, device=device)
         info["states"] = list(states.shape)
         info["finite"] = bool(np.isfinite(states).all())
     elif job == "steer_real":
@@ -291,9 +291,11 @@ def run_job(
         from specalign.transformers import contracts, spectra
 
         cfg_p = PAPER_PROPAGATION
-        ids = prop.prompt_ids(ckpt, PAPER_PROMPTS)
-        hidden = prop.real_forward_hidden_states(
-            ckpt, ids, device=device, dtype=prop.torch_dtype(cfg_p["real_dtype"])
+        from specalign.transformers import propagate as prop
+
+        ids = hf.prompt_ids(ckpt, PAPER_PROMPTS)
+        hidden = hf.real_forward_hidden_states(
+            ckpt, ids, device=device, dtype=hf.torch_dtype(cfg_p["real_dtype"])
         )
         mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)
         dirs = spectra.block_directions(read_netcdf(folder / "spectra.nc"), "spectra.nc")
@@ -306,7 +308,7 @@ def run_job(
         from specalign.io import read_netcdf, write_netcdf
         from specalign.transformers import spectra, steer
 
-        ids = prop.prompt_ids(ckpt, PAPER_PROMPTS)
+        ids = hf.prompt_ids(ckpt, PAPER_PROMPTS)
         ds = steer.steering_dataset(
             folder / "weights.h5", ckpt, ids, PAPER_ETA, PAPER_STEERING, seed=0,
             null_draws=PAPER_PROPAGATION["null_draws"], device=device,

@@ -34,6 +34,7 @@ import torch
 from tiny_models import CONFIGS, float64_everywhere
 
 from specalign.io import InputFileError
+from specalign.transformers import hf
 from specalign.transformers import propagate as prop
 from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
@@ -95,7 +96,7 @@ class Case:
         self.layers = self.base.get_submodule(layers)
         cfg = self.model.config
         self.ids = torch.as_tensor(
-            prop.random_prompts(cfg.vocab_size, N_PROMPTS, N_TOKENS, seed=3, special_ids_to_avoid=[
+            hf.random_prompts(cfg.vocab_size, N_PROMPTS, N_TOKENS, seed=3, special_ids_to_avoid=[
                 i for i in (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id) if i is not None
             ])
         )  # fmt: skip
@@ -274,7 +275,7 @@ def test_real_states_are_the_hidden_states_and_the_residual_stream(cases: dict, 
     finally:
         hook.remove()
     with float64_everywhere():
-        states = prop.real_forward_hidden_states(case.folder, case.ids.numpy(), dtype=torch.float64)
+        states = hf.real_forward_hidden_states(case.folder, case.ids.numpy(), dtype=torch.float64)
     hs = [h.numpy() for h in out.hidden_states]
     assert states.shape[0] == len(hs) == case.mw.n_layers + 1
     for t in range(case.mw.n_layers):
@@ -371,7 +372,7 @@ def test_steering_dataset_on_a_projected_post_ln_model(cases: dict) -> None:
     assert float(ds["residual"].max()) < 1e-10
     p = ds["p_before"].values
     assert np.isfinite(p).all() and ((p > 0) & (p < 1)).all()
-    base = prop.load_base_model(case.folder)
+    base = hf.load_base_model(case.folder)
     with torch.no_grad():
         out = base(input_ids=case.ids, output_hidden_states=True)
     state0, e = st.model_inputs(case.folder, case.ids.numpy(), 5)
@@ -453,7 +454,7 @@ def test_stock_float32_model_matches_at_the_float32_level(name: str, tmp_path: P
     model = tiny_models.build(name).to(torch.float32)
     model.save_pretrained(str(tmp_path))
     mw = extract(tmp_path)
-    ids = torch.as_tensor(prop.random_prompts(96, 2, 12, seed=0, special_ids_to_avoid=[0, 1, 2]))
+    ids = torch.as_tensor(hf.random_prompts(96, 2, 12, seed=0, special_ids_to_avoid=[0, 1, 2]))
     with torch.no_grad():
         out = model.base_model(input_ids=ids, output_attentions=True, output_hidden_states=True)
     for i in range(mw.n_layers):
@@ -471,8 +472,8 @@ def test_random_twin_of_a_causal_lm_is_saved_with_its_head(tmp_path: Path) -> No
     folder = make_random_model(dict(CONFIGS["phi3"]), tmp_path / "twin", seed=0)
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         assert "lm_head.weight" in f.keys()
-    ids = prop.random_prompts(96, 2, 5, seed=0)
-    lm = st.load_causal_lm(folder)
+    ids = hf.random_prompts(96, 2, 5, seed=0)
+    lm = hf.load_causal_lm(folder)
     W_O = lm.model.layers[-1].self_attn.o_proj.weight.detach().double().numpy()
     # two independent loads of the folder: an unsaved head would differ between them
     p = [st.next_token_prob_change(folder, ids, 3, W_O)["p_before"] for _ in range(2)]
@@ -508,7 +509,7 @@ def test_random_prompts_avoid_the_config_special_ids(tmp_path: Path) -> None:
               "eos_token_id": [2, 3]}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(config))
     cfg = {"kind": "random", "n_prompts": 50, "n_tokens": 10, "seed": 0}
-    ids = set(np.unique(prop.prompt_ids(tmp_path, cfg)).tolist())
+    ids = set(np.unique(hf.prompt_ids(tmp_path, cfg)).tolist())
     assert ids and not ids & {0, 1, 2, 3} and ids <= set(range(4, 16))
 
 
@@ -528,7 +529,7 @@ def test_position_limit_is_the_model_s(cases: dict, name: str) -> None:
     special = [i for i in (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id) if i is not None]
 
     def run(n: int) -> None:
-        ids = prop.random_prompts(cfg.vocab_size, 1, n, seed=0, special_ids_to_avoid=special)
+        ids = hf.random_prompts(cfg.vocab_size, 1, n, seed=0, special_ids_to_avoid=special)
         with torch.no_grad():
             case.base(input_ids=torch.as_tensor(ids))
 

@@ -16,8 +16,8 @@ import tiny_models
 from tiny_models import CONFIGS
 
 from specalign.io import InputFileError
+from specalign.transformers import directions, spectra
 from specalign.transformers import propagate as prop
-from specalign.transformers import spectra
 from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
@@ -256,8 +256,8 @@ def test_propagation_on_the_factors_matches_the_dense_F(saved: dict, case: str) 
         b = prop.simplified_forward(dense, X0, 0.8, attention, n_layers=4)
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
     for blk in mw.blocks:
-        fac = prop.block_principal_directions(mw, blk)
-        ref = prop.principal_directions(blk.F)
+        fac = directions.block_principal_directions(mw, blk)
+        ref = directions.principal_directions(blk.F)
         if fac["lambda_v1"] == 0.0:  # F's leading real eigenvalue is an exact zero
             assert np.isnan(fac["v1"]).all() and abs(ref["lambda_v1"]) < 1e-12
             continue

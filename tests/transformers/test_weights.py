@@ -40,7 +40,7 @@ from specalign.transformers.spectra import (
     spectra_dataset,
     spectrum,
 )
-from specalign.transformers.weights import ModelWeights
+from specalign.transformers.weights import SHARED, ModelWeights, shares_weights
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -313,8 +313,9 @@ def test_weights_h5_round_trip(tiny: dict, tmp_path: Path, family: str) -> None:
         assert f["layer_block"].shape == (mw.n_layers,)
         np.testing.assert_array_equal(f["F"][0], mw.blocks[0].F)
         assert set(f["blocks/0"]) == set(BLOCK_FIELDS)
-        for attr in ("source", "revision", "family", "d_model", "n_heads", "n_layers", "shared"):
+        for attr in ("source", "revision", "family", "d_model", "n_heads", "n_layers", SHARED):
             assert attr in f.attrs
+        assert shares_weights(f.attrs) == mw.shared
 
 
 def test_truncated_weights_h5_raises_naming_the_file(tiny: dict, tmp_path: Path) -> None:

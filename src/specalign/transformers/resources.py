@@ -37,8 +37,9 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
 * ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
   a block at a time, as propagate) with one run of states and every variant's W_O',
   Delta W_O and F'; the streamed causal LM with the
-  variants' W_O (float64 and their float32 copy), the replayed layer output and the
-  last position's logits.
+  variants' W_O (float64, and the float32 copy of the one in use), the replayed layer
+  output and, since the unchanged model and the variants advance through the units
+  together (each unit read once), the hidden states and last position's logits of each.
 
 A unit's size comes from config.json (:func:`unit_parameters`): a layer's grouped-query
 attention (Q and O at n_heads d_head, K and V at n_kv_heads d_head), its feed-forward
@@ -308,12 +309,14 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             + 3 * (L + 1) * w.tokens * d * 8.0
             + w.variants * 3 * d * d * 8.0,
             # the variants' W_O (float64, one float32 copy at a time), the replayed
-            # layer output with one layer's activations, the last position's logits
+            # layer output with one layer's activations; the unchanged pass and the
+            # variants advance together (a unit read once for all): each one's states
+            # and last position's logits at once
             "streamed causal LM": unit
             + w.variants * d * inner * 8.0
             + d * inner * 4.0
-            + 2 * w.tokens * d * 4.0
-            + 2 * w.n_prompts * s.vocab_size * 4.0,
+            + (w.variants + 2) * w.tokens * d * 4.0
+            + (w.variants + 2) * w.n_prompts * s.vocab_size * 4.0,
         },
     }
     if rule not in phases:

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from specalign.transformers.variables import SPECTRA, describe
-from specalign.transformers.weights import ModelWeights
+from specalign.transformers.weights import SHARED, ModelWeights
 
 
 def _order(eigenvalues: np.ndarray) -> np.ndarray:
@@ -578,7 +578,7 @@ def spectra_dataset(
             "n_heads": int(mw.n_heads),
             "n_layers": int(mw.n_layers),
             "n_blocks": len(mw.blocks),
-            "shared": int(mw.shared),
+            SHARED: int(mw.shared),
             "eta": float(eta),
             "n_eigs": int(n),
             "ordering": "real part descending, then imaginary part descending",
