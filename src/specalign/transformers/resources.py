@@ -33,7 +33,8 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   ``weights.h5`` a block at a time: the one in use and the next) and the current block's
   F or factors, with those states and the two simplified runs (T + 1 states of P N
   tokens each, real and uniform attention); then the metrics, with one mode's unit rows
-  (a run) and the real states in float64, their other temporaries a layer's;
+  (a run), one more run of temporaries (as measured) and the real states in float64,
+  their other temporaries a layer's;
 * ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
   a block at a time, as propagate) with one run of states and every variant's W_O',
   Delta W_O and F'; the streamed causal LM with the
@@ -297,9 +298,10 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             "streamed real model": unit + 2 * states32,
             "simplified runs": 2 * block64 + 8.0 * (2 * d * r if s.factored else d * d)
             + states32 + 2 * run,
-            # (measured: 7.56 GiB for Mistral-7B's shape with 8 layers before the norms
-            # were taken a slice at a time, which was one run more)
-            "metrics": states32 + 2 * run + run + 2 * states32,
+            # and one run more: 7.56 GiB measured for Mistral-7B's shape with 8 layers
+            # (bench/README.md) while the norms took a run-sized squared temporary; that
+            # is now a layer's, but the smaller peak is not measured yet
+            "metrics": states32 + 2 * run + 2 * run + 2 * states32,
         },
         "steer": {
             "streamed embeddings": unit,
