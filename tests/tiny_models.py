@@ -35,6 +35,7 @@ hub tests serve (weights from transformers' own initialisation under a fixed see
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import sys
 from collections.abc import Callable, Iterator
@@ -155,7 +156,7 @@ def modern_test_models() -> dict[str, dict[str, Any]]:
     """``transformers.models`` of config/modern_test.yaml, derived from ``TWINS``: each
     twin ``source: random`` with its case's configuration, then the null twin."""
     models: dict[str, dict[str, Any]] = {
-        f"{checkpoint}_tiny": {"source": "random", "config": dict(CONFIGS[case])}
+        f"{checkpoint}_tiny": {"source": "random", "config": copy.deepcopy(CONFIGS[case])}
         for checkpoint, case in TWINS.items()
     }
     like = f"{NULL_TWIN_OF}_tiny"
@@ -211,7 +212,7 @@ def _instantiate(case: str, head: bool, seed: int, **dtype: Any) -> Any:
     embedding scale are then exact)."""
     import transformers
 
-    config = dict(CONFIGS[case])
+    config = copy.deepcopy(CONFIGS[case])
     model_type = config.pop("model_type")
     cfg = transformers.AutoConfig.for_model(model_type, **config)
     torch.manual_seed(seed)

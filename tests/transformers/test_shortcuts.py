@@ -9,6 +9,8 @@ replaces, on tiny models.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -142,7 +144,8 @@ def test_next_token_replay_equals_the_full_forward(model_type):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(model_type, **TINY_CONFIGS[model_type])
+    # a deep copy: transformers edits nested entries in place
+    config = AutoConfig.for_model(model_type, **copy.deepcopy(TINY_CONFIGS[model_type]))
     torch.manual_seed(0)
     lm = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     module, transposed = steer._out_projection(lm, -1)

@@ -12,6 +12,7 @@ largest unit exceeds the memory limit is refused naming the sizes.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 from pathlib import Path
@@ -255,7 +256,7 @@ def _reference(case: str, seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
 
     from specalign.transformers.sources import _random_model_class
 
-    cfg = dict(CONFIGS[case])
+    cfg = copy.deepcopy(CONFIGS[case])  # transformers edits nested entries in place
     model_type = cfg.pop("model_type")
     config = transformers.AutoConfig.for_model(model_type, **cfg)
     torch.manual_seed(seed)

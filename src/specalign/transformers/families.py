@@ -137,6 +137,7 @@ no other module tests a family's name.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import sys
@@ -192,8 +193,11 @@ def hf_config(config: Mapping[str, Any]) -> Any:
             f"{model_type!r}; upgrade transformers"
         )
     cls = CONFIG_MAPPING[model_type]
+    # a deep copy: transformers standardises nested entries in place (rope_theta is
+    # written into the caller's rope_scaling), which changed a dict shared by the tests
+    fields = copy.deepcopy({k: v for k, v in config.items() if k != "model_type"})
     try:
-        return cls.from_dict({k: v for k, v in config.items() if k != "model_type"})
+        return cls.from_dict(fields)
     except Exception as exc:  # configuration classes raise assorted types
         raise ValueError(f"config.json rejected by transformers' {cls.__name__} ({exc})") from exc
 
