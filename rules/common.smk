@@ -348,6 +348,12 @@ def training_settings(series):
     return {k: v for k, v in spec.items() if k not in ("points", "id", "revisions")}
 
 
+def training_corpus_file(series):
+    """The corpus file a training run reads (none for the standard library's topics)."""
+    corpus = config["transformers"]["series"][series]["corpus"]
+    return [corpus["path"]] if corpus["kind"] == "file" else []
+
+
 def trained_point_inputs(wildcards):
     series = config["transformers"]["models"][wildcards.model]["series"]
     return {

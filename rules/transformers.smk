@@ -59,6 +59,9 @@ checkpoint train_model:
     # run's record (losses per step, held-out unigram entropy, divergence). A checkpoint
     # (Snakemake's): series_training reads run.nc's divergence after it ran and leaves
     # out the points the run never reached (usable_points).
+    input:
+        # a corpus file (corpus.kind file): editing it reruns the training
+        corpus=lambda w: training_corpus_file(w.series),
     output:
         run=results_path("transformers/series/{series}/run.nc"),
         checkpoints=directory(f"{MODEL_CACHE}/{{series}}.checkpoints"),
