@@ -347,13 +347,13 @@ def reference(m: PaperModel, measured: dict[str, Any]) -> str | None:
     family, else (a family not measured in this run) one of a family with the same
     attention kind (causal decoders, or bidirectional encoders), nearest in width: their
     layers do the same work per token."""
-    from specalign.transformers.families import family
+    from specalign.transformers.families import adapter_class
 
     own = [n for n in measured if PAPER[n].model_type == m.model_type]
     if own:
         return own[0]
-    causal = family(m.model_type).causal
-    alike = [n for n in measured if family(PAPER[n].model_type).causal == causal]
+    causal = adapter_class(m.model_type).causal
+    alike = [n for n in measured if adapter_class(PAPER[n].model_type).causal == causal]
     d = geometry(m)["d"]
     return min(alike, key=lambda n: abs(geometry(PAPER[n])["d"] - d), default=None)
 

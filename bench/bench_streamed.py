@@ -10,7 +10,7 @@ of 10 tokens, 6 steering variants):
 * ``random_model``: ``sources.make_random_model`` (the twin, drawn and written one unit
   at a time; its output is the checkpoint the other jobs read);
 * ``propagate_real``: the real model's states of propagation (``real_model`` mode,
-  streamed: ``propagate.real_forward_hidden_states``);
+  streamed: ``hf.real_forward_hidden_states``);
 * ``steer_real``: steering's embedding output (``steer.model_inputs``) and the causal
   LM's next-token probabilities of the unchanged model and 6 variants of the last
   layer's W_O (``steer.next_token_probs`` on the streamed causal LM);
@@ -77,7 +77,16 @@ SHAPES: dict[str, dict[str, Any]] = {
     "llama-3-70b": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672,
                     "num_hidden_layers": 80, "num_attention_heads": 64},
 }  # fmt: skip
-JOBS = ("random_model", "propagate_real", "steer_real", "extract_weights", "spectra")
+JOBS = ("random_model", "propagate_real", "steer_real", "extract_weights", "spectra",
+        "propagate", "steer")
+#: config/paper.yaml's transformer settings (schema defaults filled in) that the rules'
+#: kernels take; the random checkpoints have no tokenizer, so the target is a token id
+PAPER_ETA = 1.0
+PAPER_PROMPTS = {"kind": "random", "n_prompts": N_PROMPTS, "n_tokens": N_TOKENS, "seed": 0}
+PAPER_PROPAGATION = {"prolonged_layers": 48, "corr": "cosine", "null_draws": 16,
+                     "real_dtype": "float32"}  # fmt: skip
+PAPER_STEERING = {"target_text": "the", "target_id": TARGET_ID, "c": [0.5, 1.0, 2.0],
+                  "methods": ["min_norm", "lstsq"]}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- rates
@@ -95,6 +104,19 @@ def rates(threads: int, folder: Path) -> dict[str, float]:
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         best = min(_timed(lambda a=a, b=b: a @ b) for _ in range(3))
         out[f"gemm_{str(dtype)[6:]}"] = 2.0 * n**3 / best
+        # per CPU second of the threads: what an idle machine gives (on shared cores
+        # the wall rate moves with the other sessions' load)
+        best = min(_timed(lambda a=a, b=b: a @ b, cpu=True) for _ in range(3))
+        out[f"gemm_{str(dtype)[6:]}_cpu"] = 2.0 * n**3 / best * threads
+    # the floor of a non-symmetric eigen-decomposition: LAPACK geev with vectors of a
+    # random n x n float64 matrix on one BLAS thread (as the spectra rule runs each
+    # block), n = the r of the grouped-query shapes, in 25 n^3 "flops" per second
+    from threadpoolctl import threadpool_limits
+
+    m = np.random.default_rng(0).standard_normal((1024, 1024))
+    with threadpool_limits(1):
+        out["geev_1024"] = 25.0 * 1024**3 / _timed(lambda: np.linalg.eig(m))
+        out["geev_1024_cpu"] = 25.0 * 1024**3 / _timed(lambda: np.linalg.eig(m), cpu=True)
     t = torch.empty(2**26)
     out["normal"] = t.numel() / min(_timed(t.normal_) for _ in range(2))
     path = folder / "rate.bin"
@@ -116,10 +138,11 @@ def rates(threads: int, folder: Path) -> dict[str, float]:
     return out
 
 
-def _timed(fn: Any) -> float:
-    t0 = time.perf_counter()
+def _timed(fn: Any, cpu: bool = False) -> float:
+    clock = time.process_time if cpu else time.perf_counter
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def drop_cache(path: Path) -> None:
@@ -157,21 +180,42 @@ def work(cfg: dict[str, Any]) -> dict[str, dict[str, float]]:
     # per-head products and their eigenvalues, F = W_O W_V where it is dense (extract)
     eig64 = L * (25.0 * n**3 + 2.0 * d * r * r * (r < d) + 2.0 * d * H * dh * dh
                  + 10.0 * H * dh**3)  # fmt: skip
+    # the simplified model in float64 (Section 3), per layer and token: real attention
+    # reads Q, K, V (2 d (H dh + 2 r)) and applies W_O to the mixed heads (2 d H dh), plus
+    # the scores and mixing; full attention applies W_O'(W_V' x) (4 d r); T prolonged layers
+    T = max(48, L)
+    simp_layer = tokens * 2.0 * d * (2 * H * dh + 2 * r) + N_PROMPTS * 4 * N_TOKENS**2 * H * dh
+    simplified = T * (simp_layer + tokens * 4.0 * d * r)
+    # the metrics of 5 modes against 2 + 16 directions, in two correlations (dot products)
+    metrics = 2 * 5 * (T + 1) * tokens * d * 2.0 * 20
+    forward32 = 2.0 * L * layer * tokens + attn
     return {
+        "propagate": {"flops32": forward32, "flops64": simplified + metrics,
+                      "read": b * (L * layer + embed + d) + 2 * h5},  # two simplified runs
+        # the embedding output, the simplified run of every layer (float64) and per
+        # variant the steered last layer and one r x r decomposition, then the causal LM
+        # as steer_real
+        "steer": {"flops32": forward32 + 2.0 * head * N_PROMPTS
+                  + N_VARIANTS * 2.0 * (layer * tokens + head * N_PROMPTS),
+                  "flops64": L * simp_layer + N_VARIANTS * (simp_layer + 25.0 * n**3),
+                  "read": b * (2 * embed + n_params + N_VARIANTS * (layer + head + embed + d))
+                  + h5},
         "extract_weights": {"flops64": L * 2.0 * d * d * H * dh * (r >= d),
                             "read": attn_read, "written": h5},
-        "spectra": {"flops64": eig64, "read": h5},
+        # a factored block's spectra read W_O, W_V' and W_O' only (the dense ones the block)
+        "spectra": {"flops64": eig64, "geev_flops": L * 25.0 * n**3,
+                    "read": 8.0 * L * (d * H * dh + 2 * d * r) if r < d else h5},
         "random_model": {"draws": 2.0 * n_params, "written": b * n_params},
         "propagate_real": {"flops32": 2.0 * L * layer * tokens + attn,
                            "read": b * (L * layer + embed + d)},
         # the embeddings for state 0, one full pass of the LM, then per variant the
-        # last layer, the final norm and the head (the earlier layers replayed), with
-        # the embeddings read again
-        # (the head on the last position of each prompt only)
+        # last layer, the final norm and the head (the earlier layers replayed; the head
+        # on the last position of each prompt only); the variants advance with the
+        # unchanged pass, so the LM's units are read once for all of them
         "steer_real": {
             "flops32": (2.0 * L * layer * tokens + attn + 2.0 * head * N_PROMPTS)
             + N_VARIANTS * 2.0 * (layer * tokens + head * N_PROMPTS),
-            "read": b * (embed + n_params + N_VARIANTS * (layer + head + embed + d)),
+            "read": b * (embed + n_params),
         },
     }  # fmt: skip
 
@@ -180,9 +224,8 @@ def ideal(job: str, w: dict[str, float], r: dict[str, float], threads: int) -> f
     if job == "random_model":
         return max(w["draws"] / r["normal"], w["written"] / r["write"])
     io = w["read"] / r["read"] + w.get("written", 0.0) / r["write"]
-    if "flops64" in w:
-        return max(w["flops64"] / r["gemm_float64"], io)
-    return max(w["flops32"] / r["gemm_float32"], io)
+    compute = w.get("flops64", 0.0) / r["gemm_float64"] + w.get("flops32", 0.0) / r["gemm_float32"]
+    return max(compute, io)
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -201,16 +244,16 @@ def run_job(
     ckpt = folder / "checkpoint"
     t0, c0 = time.perf_counter(), time.process_time()
     info: dict[str, Any] = {}
-    from specalign.transformers import propagate as prop
+    from specalign.transformers import hf
 
-    ids = prop.random_prompts(cfg["vocab_size"], N_PROMPTS, N_TOKENS, seed=0)
+    ids = hf.random_prompts(cfg["vocab_size"], N_PROMPTS, N_TOKENS, seed=0)
     if job == "random_model":
         from specalign.transformers.sources import make_random_model
 
         make_random_model(dict(cfg), ckpt, seed=0)
         info["bytes"] = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
     elif job == "propagate_real":
-        states = prop.real_forward_hidden_states(ckpt, ids, device=device)
+        states = hf.real_forward_hidden_states(ckpt, ids, device=device)
         info["states"] = list(states.shape)
         info["finite"] = bool(np.isfinite(states).all())
     elif job == "steer_real":
@@ -240,6 +283,40 @@ def run_job(
         ds = spectra.spectra_dataset(mw, eta=1.0, device="cpu", threads=threads)
         info["eigenpair_residual_max"] = float(ds["eigenpair_residual"].max())
         info["factored"] = int(ds.attrs["factored"])
+        from specalign.io import write_netcdf
+
+        write_netcdf(folder / "spectra.nc", ds)  # as the rule does (propagate, steer read it)
+    elif job == "propagate":  # the rule's kernel (scripts/transformers/propagate.py)
+        from specalign.io import read_netcdf, write_netcdf
+        from specalign.transformers import contracts, spectra
+
+        cfg_p = PAPER_PROPAGATION
+        from specalign.transformers import propagate as prop
+
+        ids = hf.prompt_ids(ckpt, PAPER_PROMPTS)
+        hidden = hf.real_forward_hidden_states(
+            ckpt, ids, device=device, dtype=hf.torch_dtype(cfg_p["real_dtype"])
+        )
+        mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)
+        dirs = spectra.block_directions(read_netcdf(folder / "spectra.nc"), "spectra.nc")
+        states = prop.propagation_states(mw, hidden, PAPER_ETA, cfg_p)
+        info["modes"] = {m: list(np.shape(s)) for m, s in states.items()}
+        ds = prop.propagation_dataset(mw, states, cfg_p, seed=0, directions=dirs)
+        write_netcdf(folder / "propagation.nc", ds, headline=("gamma", "psi", "rho"))
+        info["nc_bytes"] = (folder / "propagation.nc").stat().st_size
+    elif job == "steer":  # the rule's kernel (scripts/transformers/steer.py)
+        from specalign.io import read_netcdf, write_netcdf
+        from specalign.transformers import spectra, steer
+
+        ids = hf.prompt_ids(ckpt, PAPER_PROMPTS)
+        ds = steer.steering_dataset(
+            folder / "weights.h5", ckpt, ids, PAPER_ETA, PAPER_STEERING, seed=0,
+            null_draws=PAPER_PROPAGATION["null_draws"], device=device,
+            directions=spectra.block_directions(read_netcdf(folder / "spectra.nc"), "spectra.nc"),
+            threads=threads,
+        )  # fmt: skip
+        write_netcdf(folder / "steering.nc", ds, headline=("gamma_u",))
+        info["nc_bytes"] = (folder / "steering.nc").stat().st_size
     else:
         raise ValueError(job)
     info["wall_s"] = time.perf_counter() - t0
@@ -297,6 +374,7 @@ def main() -> int:
               f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
         print(f"rates: GEMM float32 {r['gemm_float32'] / 1e9:.1f} GFLOP/s, float64 "
               f"{r['gemm_float64'] / 1e9:.1f} GFLOP/s, normal draws {r['normal'] / 1e9:.2f} G/s, "
+              f"geev (1024, one thread) {r['geev_1024'] / 1e9:.1f} G(25 n^3)/s, "
               f"disk write {r['write'] / 1e6:.0f} MB/s, "
               f"read {r['read'] / 1e6:.0f} MB/s")  # fmt: skip
         w_all = work(cfg)
@@ -328,9 +406,29 @@ def main() -> int:
             proj = float("nan")
             if w and w_pub:
                 proj = m["wall_s"] * ideal(job, w_pub[job], r, args.threads) / best
-            flops = w.get("flops32", w.get("flops64", w.get("draws", float("nan"))))
+            flops = w.get("draws") or w.get("flops32", 0.0) + w.get("flops64", 0.0)
             io = w.get("read", 0.0) + w.get("written", 0.0) or float("nan")
-            m.update(ideal_s=best, request=req, load_before=load, projected_s=proj, work=w)
+            m.update(ideal_s=best, request=req, load_before=load, projected_s=proj, work=w,
+                     load_after=os.getloadavg()[0])  # fmt: skip
+            if job == "spectra":
+                # the floor: the eigen-decompositions at the geev rate measured above
+                # (not the GEMM rate: Hessenberg reduction is half BLAS-2), the rest at
+                # the float64 GEMM rate, or the reads, whichever is larger
+                geev = w["geev_flops"] / r["geev_1024"]
+                rest = (w["flops64"] - w["geev_flops"]) / r["gemm_float64"]
+                m["floor_s"] = max(geev + rest, w["read"] / r["read"])
+                m["ratio_floor"] = m["wall_s"] / m["floor_s"]
+                # the same by CPU time (the compute part only: the reads' CPU is small)
+                geev = w["geev_flops"] / r["geev_1024_cpu"]
+                rest = (w["flops64"] - w["geev_flops"]) / r["gemm_float64_cpu"]
+                m["floor_cpu_s"] = geev + rest
+                m["ratio_floor_cpu"] = m["cpu_s"] / args.threads / m["floor_cpu_s"]
+            if w and job != "random_model":
+                # measured CPU time per thread against the compute ideal at the CPU rates
+                compute = w.get("flops64", 0.0) / r["gemm_float64_cpu"]
+                compute += w.get("flops32", 0.0) / r["gemm_float32_cpu"]
+                m["ideal_cpu_s"] = compute
+                m["ratio_cpu"] = m["cpu_s"] / args.threads / compute if compute else float("nan")
             jobs[job] = m
             print(f"{job:<16}{flops / 1e9:>9.0f}{io / 1e9:>8.2f}{best:>9.1f}{m['wall_s']:>9.1f}"
                   f"{m['cpu_s']:>8.1f}{m['wall_s'] / best:>7.2f}{m['max_rss'] / GIB:>9.2f}"

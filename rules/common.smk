@@ -21,6 +21,7 @@ from specalign.contents import file_digest, model_digest
 from specalign.fingerprint import script_fingerprint
 from specalign.output import CAPTION_SUFFIX
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
+from specalign.transformers.sources import SPEC_KINDS
 from specalign.transformers.tables import MODEL_TABLES
 
 # Nested values of `--config` arrive as strings (Snakemake's base YAML loader): typed by
@@ -88,7 +89,8 @@ LIKE = random_likes(config)
 RANDOM_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "random"]
 # checkpoints of runs made here (transformers.series, source trained): train_model writes them
 TRAINED_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] == "trained"]
-FETCHED_MODELS = [m for m in MODELS if m not in RANDOM_MODELS and m not in TRAINED_MODELS]
+# models of a folder to fetch (hub, local, package: the sources a spec names)
+FETCHED_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] in SPEC_KINDS]
 SERIES = sorted(config["transformers"]["series"])
 TRAINED_SERIES = [s for s in SERIES if config["transformers"]["series"][s]["source"] == "trained"]
 # the points of every series, by series (derived from the config's model specs)
@@ -302,7 +304,7 @@ def reported(paths, caption, category, subcategory=None, labels=None):
 
 def diagnostics_files(names=None):
     names = EXPERIMENTS if names is None else names
-    return expand(rules.commutators.output[0], experiment=names)
+    return expand(rules.diagnostics.output[0], experiment=names)
 
 
 # Targets are the rules' own outputs, expanded over the configured experiments and models:

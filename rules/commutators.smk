@@ -67,7 +67,10 @@ rule train_ensemble:
         "../scripts/commutators/train_ensemble.py"
 
 
-rule commutators:
+# Named `commutators` until 2026-12-01 (also the study, the package and the folder). Its
+# script keeps its old file name: Snakemake reruns a script rule whose script file is
+# newer than its outputs, and a renamed file is new wherever it is checked out.
+rule diagnostics:
     input:
         results_path("commutators/{experiment}/trajectories.h5"),
     output:
@@ -80,9 +83,9 @@ rule commutators:
     conda:
         CONDA_ENV
     log:
-        log_path("commutators/{experiment}/commutators.log"),
+        log_path("commutators/{experiment}/diagnostics.log"),
     benchmark:
-        benchmark_path("commutators/{experiment}/commutators.tsv")
+        benchmark_path("commutators/{experiment}/diagnostics.tsv")
     script:
         "../scripts/commutators/commutators.py"
 

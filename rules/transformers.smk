@@ -369,6 +369,8 @@ rule series_training:
             subcategory="Over training",
             labels={"series": "{series}", "figure": "training"},
         ),
+        # the data-driven caption, read by the report's caption
+        caption=results_path(f"figures/transformers/series/{{series}}/training{CAPTION_SUFFIX}"),
     wildcard_constraints:
         series=name_regex(SERIES),
     params:

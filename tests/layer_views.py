@@ -34,7 +34,7 @@ def layer_views(
 
     ``same_prompts``: steering.nc and propagation.nc ran the same prompts (a pipeline
     run), so the steered model's unchanged layers have propagation's gamma."""
-    per = tt._per_layer_spectra(spectra)
+    per = tt.per_layer_spectra(spectra)
     views = {
         "spectra.nc": pd.DataFrame(
             {

@@ -1,5 +1,8 @@
 """Tiny random models of every supported family, keyed by config.json ``model_type``,
-built offline (a test helper, one factory for the family tests and the hub tests).
+built offline: the one catalogue of tiny configurations, from which the family tests,
+the hub tests (``hub_mirror.py``) and the tiny twins of ``config/modern_test.yaml`` are
+built (``TWINS``; ``python tests/tiny_models.py`` rewrites that file's models, and
+``test_modern_test_yaml_is_the_catalogue`` fails while they differ).
 
 ``TINY_CONFIGS`` holds one small configuration per family adapter in
 ``specalign.transformers.families.FAMILIES`` and ``BUILDERS`` a builder of each; the
@@ -13,6 +16,8 @@ style). The configurations are chosen so that each family's traps show:
 * ``head_dim`` != d_model / n_heads where the family has the key;
 * sliding windows shorter than the test prompts, layer patterns (Qwen2's
   ``max_window_layers``, Gemma 2's even layers, Gemma 3's pattern);
+* fused Q/K/V layouts (GPT-2 contiguous, NeoX per head, Phi-3 contiguous grouped,
+  Falcon's grouped per key/value head and multi-query);
 * partial rotary (NeoX, GPT-J, Phi-3), llama3 rope scaling that bites at short range,
   a Gemma 2 softcap that bites, Gemma 2/3's query_pre_attn_scalar != head_dim;
 * biases, pre/post-LN, project_in/out (OPT-350m style).
@@ -31,13 +36,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
-from specalign.transformers.families import family
+from specalign.transformers.families import adapter_class
 
 _ROPE = {"max_position_embeddings": 64, "vocab_size": 96}
 _GQA = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -69,6 +76,24 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gptj": {"model_type": "gptj", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_inner": 96,
              "rotary_dim": 8, "vocab_size": 96, "n_positions": 64, "bos_token_id": 0,
              "eos_token_id": 0},
+    # Falcon 40B/180B style: Q/K/V grouped per key/value head (2 of 4), two norms
+    # (ln_attn, ln_mlp), parallel attention and MLP, biases on.
+    "falcon": {"model_type": "falcon", "hidden_size": 64, "ffn_hidden_size": 96,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_kv_heads": 2,
+               "new_decoder_architecture": True, "bias": True, "rope_theta": 1000.0,
+               "bos_token_id": 0, "eos_token_id": 0, **_ROPE},
+    # Falcon 7B style: multi-query (one key/value head, contiguous [Q | K | V]), one
+    # shared input_layernorm, parallel attention and MLP, no biases.
+    "falcon_multi_query": {"model_type": "falcon", "hidden_size": 64, "ffn_hidden_size": 96,
+                           "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "multi_query": True, "parallel_attn": True, "bias": False,
+                           "bos_token_id": 0, "eos_token_id": 0, **_ROPE},
+    # Falcon with neither flag: Q/K/V interleaved per head (as NeoX), sequential residual
+    # (post_attention_layernorm is the MLP's norm).
+    "falcon_per_head": {"model_type": "falcon", "hidden_size": 64, "ffn_hidden_size": 96,
+                        "num_hidden_layers": 2, "num_attention_heads": 4, "multi_query": False,
+                        "parallel_attn": False, "bias": True, "bos_token_id": 0,
+                        "eos_token_id": 0, **_ROPE},
     "opt": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 96, "num_hidden_layers": 2,
             "num_attention_heads": 4, "word_embed_proj_dim": 64, "do_layer_norm_before": True,
             **_ROPE},
@@ -100,12 +125,81 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+#: checkpoint of config/modern.yaml -> the case of CONFIGS that its tiny twin
+#: ``<checkpoint>_tiny`` in config/modern_test.yaml is (one per family beyond the paper's
+#: four, two for OPT's two layouts; Falcon's other two layouts are cases of the family
+#: tests only): the twin carries the case's traps, not the checkpoint's size.
+TWINS: dict[str, str] = {
+    "pythia-160m": "gpt_neox",
+    "gpt-j-6b": "gptj",
+    "falcon-7b": "falcon_multi_query",
+    "opt-125m": "opt",
+    "opt-350m": "opt_post_ln",
+    "llama-3.2-1b": "llama",
+    "qwen2.5-0.5b": "qwen2",
+    "qwen3-0.6b": "qwen3",
+    "mistral-7b-v0.3": "mistral",
+    "gemma-2b": "gemma",
+    "gemma-2-2b": "gemma2",
+    "gemma-3-1b": "gemma3_text",
+    "phi-3-mini": "phi3",
+    "roberta-base": "roberta",
+    "distilbert-base": "distilbert",
+}
+#: The twin whose own random twin (``like:``) exercises the null baseline of a model that
+#: is itself built from a configuration.
+NULL_TWIN_OF = "llama-3.2-1b"
+
+
+def modern_test_models() -> dict[str, dict[str, Any]]:
+    """``transformers.models`` of config/modern_test.yaml, derived from ``TWINS``: each
+    twin ``source: random`` with its case's configuration, then the null twin."""
+    models: dict[str, dict[str, Any]] = {
+        f"{checkpoint}_tiny": {"source": "random", "config": dict(CONFIGS[case])}
+        for checkpoint, case in TWINS.items()
+    }
+    like = f"{NULL_TWIN_OF}_tiny"
+    models[f"{like}_random"] = {"source": "random", "like": like, "seed": 1}
+    return models
+
+
+_MODELS_KEY = "  models:\n"  # under ``transformers:`` in the file
+
+
+def with_modern_test_models(text: str) -> str:
+    """The text of config/modern_test.yaml with its ``transformers.models`` block
+    replaced by :func:`modern_test_models` (comments elsewhere kept): the block runs
+    from ``  models:`` to the next key of ``transformers``."""
+    head, sep, rest = text.partition(_MODELS_KEY)
+    if not sep:
+        raise ValueError("no 'models:' key under 'transformers:' in config/modern_test.yaml")
+    lines = rest.splitlines(keepends=True)
+    end = next(
+        (i for i, line in enumerate(lines) if line.startswith("  ") and line[2] not in " #"),
+        len(lines),
+    )
+    block = [
+        "    # Written by `python tests/tiny_models.py` from its CONFIGS and TWINS (edit those):\n",
+        "    # each twin is its family's tiny test case, traps included.\n",
+    ]
+    for name, spec in modern_test_models().items():
+        block.append(f"    {name}:\n")
+        for key, value in spec.items():
+            # one flow mapping a value, continued 8 columns in: the file stays readable
+            flow = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=80).strip()
+            flow = flow.removesuffix("\n...").splitlines()
+            block.append(f"      {key}: {flow[0]}\n")
+            block.extend(f"        {line.strip()}\n" for line in flow[1:])
+    indented = "".join(block)
+    return head + sep + indented + "".join(lines[end:])
+
+
 def head_class(model_type: str) -> Any:
     """The head model a hub checkpoint of the family is saved from: the causal LM where
     the family has one, else the masked LM."""
     import transformers
 
-    if family(model_type).causal_lm:
+    if adapter_class(model_type).causal_lm:
         return transformers.AutoModelForCausalLM
     return transformers.AutoModelForMaskedLM
 
@@ -218,3 +312,9 @@ def float64_everywhere() -> Iterator[None]:
     finally:
         torch.Tensor.to, torch.Tensor.float, torch.nn.functional.softmax, torch.arange = saved  # type: ignore[method-assign]
         torch.set_default_dtype(default)
+
+
+if __name__ == "__main__":
+    # python tests/tiny_models.py [config/modern_test.yaml]: rewrite the twins from CONFIGS
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "config/modern_test.yaml")
+    target.write_text(with_modern_test_models(target.read_text()))

@@ -4,7 +4,7 @@ import numpy as np
 
 from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, lineage, propagate, spectra
+from specalign.transformers import contracts, hf, lineage, propagate, spectra
 from specalign.workflow import LogProgress, log, param_json, run_script
 
 
@@ -31,7 +31,7 @@ def main(smk):
     spectra_ds = read_netcdf(smk.input.spectra)
     lineage.check_model(smk.input.spectra, smk.input.manifest, manifest, spectra_ds.attrs)
     device = torch_device(smk.resources.get("gpu", 0))
-    ids = propagate.prompt_ids(model_dir, settings["prompts"])
+    ids = hf.prompt_ids(model_dir, settings["prompts"])
     asked = int(settings["prompts"]["n_prompts"])
     log.info("%d prompts of %d tokens on %s", *ids.shape, device)
     if ids.shape[0] < asked:
@@ -44,8 +44,8 @@ def main(smk):
         )
     cfg = settings["propagation"]
     # the real model first: it is freed before the float64 weights are read
-    hidden = propagate.real_forward_hidden_states(
-        model_dir, ids, device=device, dtype=propagate.torch_dtype(cfg["real_dtype"])
+    hidden = hf.real_forward_hidden_states(
+        model_dir, ids, device=device, dtype=hf.torch_dtype(cfg["real_dtype"])
     )
     # a block at a time: each simplified run reads the blocks as it reaches them
     mw = contracts.read_weights_h5(smk.input.weights, lazy=True)

@@ -5,7 +5,7 @@ from pathlib import Path
 import seaborn as sns
 
 from specalign import io
-from specalign.output import save_figure, write_table
+from specalign.output import save_figure, write_caption, write_table
 from specalign.transformers import series
 from specalign.workflow import log, param_json, run_script
 
@@ -36,12 +36,9 @@ def main(smk):
         f"Series {name}: each claim's metric against the checkpoint step (step 0 = the null).",
     )
     fig, caption = series.series_figure(ds)
-    save_figure(
-        fig,
-        Path(smk.output.figures[0]).with_suffix(""),
-        formats=settings["formats"],
-        dpi=settings["dpi"],
-    )
+    stem = Path(smk.output.figures[0]).with_suffix("")
+    save_figure(fig, stem, formats=settings["formats"], dpi=settings["dpi"])
+    write_caption(stem, caption)  # the report's caption includes it
     log.info("%s: %s", name, caption)
 
 

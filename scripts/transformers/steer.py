@@ -2,7 +2,7 @@
 
 from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, lineage, propagate, spectra, steer
+from specalign.transformers import contracts, hf, lineage, spectra, steer
 from specalign.workflow import log, param_json, run_script
 
 
@@ -15,7 +15,7 @@ def main(smk):
     spectra_ds = read_netcdf(smk.input.spectra)
     lineage.check_model(smk.input.spectra, smk.input.manifest, manifest, spectra_ds.attrs)
     device = torch_device(smk.resources.get("gpu", 0))
-    ids = propagate.prompt_ids(model_dir, settings["prompts"])
+    ids = hf.prompt_ids(model_dir, settings["prompts"])
     ds = steer.steering_dataset(
         # a path: the weights are read only while they are needed (see steering_dataset)
         smk.input.weights,

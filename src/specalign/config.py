@@ -183,7 +183,7 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     series_problems = _add_series_models(cfg, schema)
     if series_problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(series_problems))
-    _check_cross_keys(cfg)
+    _check_cross_keys(cfg, schema)
     return cfg
 
 
@@ -325,7 +325,7 @@ def _vocabulary_bound(kind: str, path: str) -> int:
     return _BOUNDS[key]
 
 
-def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
+def _check_cross_keys(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
     problems: list[str] = []
     for name in cfg["commutators"]["experiments"]:
         exp = experiment_config(cfg, name)
@@ -372,7 +372,7 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
                     f"commutators.diagnostics.localize: (k={k}, beta={beta}) needs "
                     f"k + beta < width, but {name} has width {exp['width']}"
                 )
-    problems += _check_models(cfg)
+    problems += _check_models(cfg, schema)
     try:
         results_folder(cfg)
     except ConfigError as exc:
@@ -381,35 +381,56 @@ def _check_cross_keys(cfg: Mapping[str, Any]) -> None:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
 
-_MODEL_FIELD = {"hub": "id", "local": "path", "package": "package"}
-#: Where a random model's configuration comes from: exactly one of these is given.
-_RANDOM_FROM = ("like", "config_file", "config")
-
-
 #: A model named ``<m><suffix>`` reads as the random twin of ``<m>``.
 _TWIN_SUFFIXES = ("_random", "-random", ".random")
 
 
-def _check_models(cfg: Mapping[str, Any]) -> list[str]:
+def _source_problems(
+    key: str, spec: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> list[str]:
+    """A model's keys against what its ``source`` reads (``transformers.sources.SOURCES``):
+    the keys it requires, and keys only other sources read given with other than their
+    schema default (they would be ignored without a word)."""
+    from specalign.transformers.sources import SOURCES
+
+    kind = spec["source"]
+    source = SOURCES[kind]
+    problems: list[str] = []
+    if source.one_of:
+        given = [f for f in source.one_of if spec.get(f)]
+        if len(given) != 1:
+            problems.append(
+                f"{key}: a {kind} model needs exactly one of {', '.join(source.one_of)} "
+                f"(got {', '.join(given) or 'none'})"
+            )
+    for field in source.required:
+        if not spec.get(field):
+            problems.append(f"{key}.{field}: required for source {kind!r}")
+    for other, reads in SOURCES.items():
+        foreign = [
+            f
+            for f in reads.fields
+            if f not in source.fields and f in spec and spec[f] != defaults.get(f)
+        ]
+        if foreign:
+            verb = "applies" if len(foreign) == 1 else "apply"
+            problems.append(f"{key}: {'/'.join(foreign)} only {verb} to source {other!r}")
+    return problems
+
+
+def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     tcfg = cfg.get("transformers", {})
     models = tcfg.get("models", {})
+    defaults = {
+        field: sub.get("default")
+        for field, sub in schema["$defs"]["model"]["properties"].items()
+    }
     for name, spec in models.items():
         key = f"transformers.models.{name}"
         if spec["source"] == "trained":
             continue  # a checkpoint of train_model (checked in _series_problems)
-        if spec["source"] == "random":
-            given = [f for f in _RANDOM_FROM if spec.get(f)]
-            if len(given) != 1:
-                problems.append(
-                    f"{key}: a random model needs exactly one of {', '.join(_RANDOM_FROM)} "
-                    f"(got {', '.join(given) or 'none'})"
-                )
-        elif not spec.get(_MODEL_FIELD[spec["source"]]):
-            field = _MODEL_FIELD[spec["source"]]
-            problems.append(f"{key}.{field}: required for source {spec['source']!r}")
-        if spec["source"] != "random" and (spec.get("config") or spec.get("config_file")):
-            problems.append(f"{key}: config/config_file only apply to source 'random'")
+        problems += _source_problems(key, spec, defaults)
         if spec["source"] == "random" and spec.get("like"):
             like = models.get(spec["like"])
             if like is None:

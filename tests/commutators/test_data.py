@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import hashlib
 import http.server
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -212,6 +213,10 @@ def test_registry_and_unknown_name():
     # the schema's list of an experiment's datasets is the registry's (YAML cannot import it)
     schema = load_schema()["$defs"]["experiment"]["properties"]["dataset"]
     assert sorted(schema["enum"]) == sorted(uci.DATASETS)
+    # and data.mirror names the files the registry expects in the mirror, all of them
+    mirror = load_schema()["properties"]["data"]["properties"]["mirror"]["description"]
+    named = set(re.findall(r"[\w.-]+\.xlsx?\b", mirror))
+    assert named == {ds.filename for ds in uci.DATASETS.values()}
     assert uci.get_dataset("concrete").n_inputs == 8
     with pytest.raises(KeyError, match="concrete"):
         uci.get_dataset("iris")

@@ -98,7 +98,7 @@ def test_config_change_reruns_only_dependants(repo, finished_run, tmp_path):
     # The rescale ensemble retrains and is re-diagnosed; its data are unchanged;
     # the other experiments are untouched; summaries that read it are redone.
     assert jobs.get("train_ensemble") == 1
-    assert jobs.get("commutators") == 1
+    assert jobs.get("diagnostics") == 1
     assert "prepare_data" not in jobs
     assert jobs.get("commutator_tables") == 1
 

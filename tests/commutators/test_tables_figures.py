@@ -21,7 +21,9 @@ from specalign.commutators import figures as C
 from specalign.commutators import paper as P
 from specalign.commutators import reproduction as R
 from specalign.commutators import tables as T
+from specalign.commutators.claims import differs
 from specalign.commutators.contracts import load_experiments
+from specalign.commutators.runs import find_one, seed_values
 from specalign.output import save_figure, write_table
 
 CHECKPOINTS = ("r<=1e-1", "r<=1e-2", "r<=1e-3", "r<=1e-4", "t=0", "t=50", "t=100")
@@ -162,16 +164,16 @@ def row(df: pd.DataFrame, **where: object) -> pd.Series:
 
 def test_seed_values_skips_nan_diverged_and_unreached(full):
     ds = full["b"]
-    sv = T.seed_values(ds, "G_Q", "r<=1e-3", 0)
+    sv = seed_values(ds, "G_Q", "r<=1e-3", 0)
     assert sv.n_diverged == 1 and sv.n_undefined == 1 and sv.n_unreached == 0
     np.testing.assert_allclose(sv.values, [0.1, 0.2, 0.3, 0.4])
     assert list(sv.seeds) == [100, 102, 103, 104]
-    deep = T.seed_values(ds, "G_D", "r<=1e-4", 0)
+    deep = seed_values(ds, "G_D", "r<=1e-4", 0)
     assert deep.n_unreached == 2 and deep.values.size == N_SEEDS - 1 - 2
     # A layer the network does not have and a checkpoint the file lacks: empty cells.
-    assert T.seed_values(ds, "G_D", "r<=1e-3", 9).values.size == 0
-    assert T.seed_values(ds, "G_D", "t=999", 0).values.size == 0
-    assert T.seed_values(ds, "q_Q_av", "r<=1e-3", 0, (1, 0)).values.size == N_SEEDS - 1
+    assert seed_values(ds, "G_D", "r<=1e-3", 9).values.size == 0
+    assert seed_values(ds, "G_D", "t=999", 0).values.size == 0
+    assert seed_values(ds, "q_Q_av", "r<=1e-3", 0, (1, 0)).values.size == N_SEEDS - 1
 
 
 def test_table2_hand_computed_cell(full):
@@ -201,8 +203,8 @@ def test_paper_values_in_the_right_rows(full):
     factor = row(t4, width=32, quantity="q_Q_av paired factor")
     assert factor["paper"] == 2.03 and factor["statistic"] == "median"
     ds = full["b"]
-    late = T.seed_values(ds, "q_Q_av", "r<=1e-3", 0, (1, 0))
-    early = T.seed_values(ds, "q_Q_av", "r<=1e-1", 0, (1, 0))
+    late = seed_values(ds, "q_Q_av", "r<=1e-3", 0, (1, 0))
+    early = seed_values(ds, "q_Q_av", "r<=1e-1", 0, (1, 0))
     assert factor["ours"] == pytest.approx(np.median(late.values / early.values))
     t5 = T.table5(full, n_boot=100)
     assert row(t5, dataset="Energy", quantity="rho_tr_imb", layer=2)["paper"] == -0.713
@@ -274,17 +276,17 @@ def test_missing_experiments_are_skipped(full):
 def test_duplicate_runs_warn_and_pick_most_seeds(full):
     small = full["b"].isel(seed=slice(0, 3))
     with pytest.warns(UserWarning, match="most seeds"):
-        hit = T.find_one({"z": small, "b": full["b"]}, kind="synthetic", hidden=4, width=32)
+        hit = find_one({"z": small, "b": full["b"]}, kind="synthetic", hidden=4, width=32)
     assert hit is not None and hit[0] == "b"
 
 
 def test_differs_rule():
-    assert T.differs(0.0805, 0.0806, "relative") is False
-    assert T.differs(0.0805, 0.095, "relative") is True
-    assert T.differs(0.0007, 0.005, "bounded") is False  # below the 0.01 floor
-    assert T.differs(20, 19.0, "count") is True
-    assert T.differs(0.0018, 0.0021, "spread") is False
-    assert T.differs(0.5, math.nan, "relative") is None
+    assert differs(0.0805, 0.0806, "relative") is False
+    assert differs(0.0805, 0.095, "relative") is True
+    assert differs(0.0007, 0.005, "bounded") is False  # below the 0.01 floor
+    assert differs(20, 19.0, "count") is True
+    assert differs(0.0018, 0.0021, "spread") is False
+    assert differs(0.5, math.nan, "relative") is None
 
 
 # --- output -------------------------------------------------------------------------

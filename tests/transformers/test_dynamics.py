@@ -1,9 +1,9 @@
 """Power-method dynamics of transformer layers (Li & Altafini, arXiv:2605.25619).
 
-Sphere dynamics and Jacobians at consensus (supplement), the simplified and real token
-propagation with their metrics and null levels, and last-layer steering. Weights are
-built by hand or read straight off tiny random ``transformers`` modules, independent of
-the checkpoint extraction code.
+Sphere dynamics and Jacobians at consensus (supplement), and the simplified and real
+token propagation with their metrics and null levels. Weights are built by hand or read
+straight off tiny random ``transformers`` modules (hand_weights.py), independent of the
+checkpoint extraction code. Last-layer steering: test_steering.py.
 """
 
 from __future__ import annotations
@@ -11,158 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hand_weights import bert_weights, gpt2_weights, model_from_F, sym
 
+from specalign.transformers import directions, hf, metrics
 from specalign.transformers import propagate as prop
 from specalign.transformers import sphere as S
-from specalign.transformers import steer as st
-from specalign.transformers.weights import BlockWeights, ModelWeights
 
 torch.set_num_threads(1)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _sym(lam, seed=0):
-    """Symmetric matrix with eigenvalues lam and a random orthonormal eigenbasis."""
-    rng = np.random.default_rng(seed)
-    Q, _ = np.linalg.qr(rng.standard_normal((len(lam), len(lam))))
-    return Q @ np.diag(lam) @ Q.T
-
-
-def _block(W_Q, W_K, W_V, W_O, ln_w=None, ln_b=None):
-    d, k = W_O.shape
-    return BlockWeights(
-        W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O,
-        b_Q=np.zeros(k), b_K=np.zeros(k), b_V=np.zeros(k), b_O=np.zeros(d),
-        ln_weight=np.ones(d) if ln_w is None else ln_w,
-        ln_bias=np.zeros(d) if ln_b is None else ln_b,
-    )  # fmt: skip
-
-
-def _model_from_F(Fs, n_heads=1, causal=False, layer_block=None, seed=0, kinds=None,
-                  window=None, family="bert"):  # fmt: skip
-    """ModelWeights whose blocks have F = W_O W_V = Fs[b] (W_V random invertible)."""
-    rng = np.random.default_rng(seed)
-    blocks = []
-    for F in Fs:
-        d = F.shape[0]
-        W_V = np.eye(d) + 0.3 * rng.standard_normal((d, d))
-        W_O = F @ np.linalg.inv(W_V)
-        W_Q, W_K = rng.standard_normal((2, d, d)) / np.sqrt(d)
-        blocks.append(_block(W_Q, W_K, W_V, W_O))
-    lb = np.arange(len(Fs)) if layer_block is None else np.asarray(layer_block)
-    return ModelWeights(
-        family=family, d_model=Fs[0].shape[0], n_heads=n_heads, n_layers=len(lb),
-        blocks=blocks, layer_block=lb, ln_position="post", causal=causal,
-        attn_scale=1.0 / np.sqrt(Fs[0].shape[0] // n_heads),
-        layer_attention=kinds or ["global"] * len(lb), window_size=window,
-    )  # fmt: skip
-
-
-def _bert_weights(model):
-    cfg = model.config
-    blocks = []
-    for layer in model.encoder.layer:
-        a, o = layer.attention.self, layer.attention.output
-
-        def w(m):
-            return m.weight.detach().double().numpy().copy()
-
-        def b(m):
-            return m.bias.detach().double().numpy().copy()
-
-        blk = BlockWeights(
-            W_Q=w(a.query), W_K=w(a.key), W_V=w(a.value), W_O=w(o.dense),
-            b_Q=b(a.query), b_K=b(a.key), b_V=b(a.value), b_O=b(o.dense),
-            ln_weight=w(o.LayerNorm), ln_bias=b(o.LayerNorm),
-        )  # fmt: skip
-        blocks.append(blk)
-    H = cfg.num_attention_heads
-    return ModelWeights(
-        family="bert", d_model=cfg.hidden_size, n_heads=H, n_layers=len(blocks),
-        blocks=blocks, layer_block=np.arange(len(blocks)), ln_position="post",
-        causal=False, attn_scale=1.0 / np.sqrt(cfg.hidden_size // H),
-        layer_attention=["global"] * len(blocks), ln_eps=cfg.layer_norm_eps,
-    )  # fmt: skip
-
-
-def _gpt2_weights(model):
-    """GPT-2 Conv1D stores (in, out) with Q, K, V fused: transpose, then split rows."""
-    cfg = model.config
-    d = cfg.n_embd
-    blocks = []
-    for blk in model.h:
-        Wqkv = blk.attn.c_attn.weight.detach().double().numpy().T  # (3d, d)
-        bqkv = blk.attn.c_attn.bias.detach().double().numpy()
-        blocks.append(
-            BlockWeights(
-                W_Q=Wqkv[:d].copy(), W_K=Wqkv[d : 2 * d].copy(), W_V=Wqkv[2 * d :].copy(),
-                W_O=blk.attn.c_proj.weight.detach().double().numpy().T.copy(),
-                b_Q=bqkv[:d].copy(), b_K=bqkv[d : 2 * d].copy(), b_V=bqkv[2 * d :].copy(),
-                b_O=blk.attn.c_proj.bias.detach().double().numpy().copy(),
-                ln_weight=blk.ln_1.weight.detach().double().numpy().copy(),
-                ln_bias=blk.ln_1.bias.detach().double().numpy().copy(),
-            )
-        )  # fmt: skip
-    H = cfg.n_head
-    return ModelWeights(
-        family="gpt2", d_model=d, n_heads=H, n_layers=len(blocks), blocks=blocks,
-        layer_block=np.arange(len(blocks)), ln_position="pre", causal=True,
-        attn_scale=1.0 / np.sqrt(d // H), layer_attention=["global"] * len(blocks),
-        ln_eps=cfg.layer_norm_epsilon,
-    )  # fmt: skip
-
-
-def _randomise_norms(model, seed):
-    """Random LayerNorm affine parameters, so that they matter in the comparisons."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.LayerNorm):
-                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
-                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
-            elif isinstance(m, torch.nn.Linear) and m.bias is not None:
-                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
-    return model
-
-
-@pytest.fixture(scope="module")
-def tiny_bert():
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32, attn_implementation="eager",
-    )  # fmt: skip
-    return _randomise_norms(BertModel(cfg), 1).double().eval()
-
-
-@pytest.fixture(scope="module")
-def tiny_gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    cfg = GPT2Config(
-        vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=32,
-        attn_implementation="eager",
-    )  # fmt: skip
-    model = GPT2LMHeadModel(cfg)
-    # GPT-2 init uses std 0.02: scale the attention up so the softmax is far from uniform
-    with torch.no_grad():
-        for blk in model.transformer.h:
-            blk.attn.c_attn.weight.mul_(20)
-            blk.attn.c_proj.weight.mul_(10)
-    return _randomise_norms(model, 2).double().eval()
-
-
-@pytest.fixture(scope="module")
-def gpt2_dir(tiny_gpt2, tmp_path_factory):
-    path = tmp_path_factory.mktemp("gpt2")
-    tiny_gpt2.float().save_pretrained(path)
-    tiny_gpt2.double()
-    return path
 
 
 # --------------------------------------------------------------------------- sphere
@@ -182,13 +37,13 @@ def test_full_attention_update_matches_hand_computation():
     assert np.allclose(S.step(X, heads, 0.5, attention="full"), expect, atol=1e-15)
 
     # the same through simplified_forward (one head, non-causal)
-    mw = _model_from_F([F])
+    mw = model_from_F([F])
     out = prop.simplified_forward(mw, X[None], 0.5, attention="full")
     assert out.shape == (2, 1, 2, 2)
     assert np.allclose(out[1, 0], expect, atol=1e-14)
     # causal: A = [[1, 0], [1/2, 1/2]], so xt_1 = e1 + (1/2) F e1 = (2, 0) -> e1 and
     # xt_2 as above
-    mw_c = _model_from_F([F], causal=True)
+    mw_c = model_from_F([F], causal=True)
     out_c = prop.simplified_forward(mw_c, X[None], 0.5, attention="full")
     assert np.allclose(out_c[1, 0], [[1.0, 0.0], expect[1]], atol=1e-14)
 
@@ -222,7 +77,7 @@ def test_softmax_step_multihead_and_trajectory():
 @pytest.mark.parametrize("k", [0, 2])
 def test_tangent_jacobian_matches_closed_form(k):
     n, eta = 5, 0.4
-    F = _sym([1.0, 0.5, -0.2, -1.5], seed=1)
+    F = sym([1.0, 0.5, -0.2, -1.5], seed=1)
     lam, V = S.consensus_points(F)
     X = S.consensus_state(V[:, k], n)
     JT = S.tangent_jacobian(X, F, eta)
@@ -257,7 +112,7 @@ def test_tangent_jacobian_nonsymmetric_real_spectrum():
 
 def test_stability_under_step_size_condition():
     lam = [1.0, 0.5, -0.2, -3.0]  # -lambda_d > lambda_1: the bound 2/|l1 + ld| = 1 applies
-    F = _sym(lam, seed=2)
+    F = sym(lam, seed=2)
     assert S.stepsize_bound(F) == pytest.approx(1.0)
     _, V = S.consensus_points(F)
     n = 5
@@ -280,7 +135,7 @@ def test_stability_under_step_size_condition():
 def test_supplement_radial_eigenvalue_would_misjudge_stability():
     # eta lambda_1 = 3 > 2: the supplement's (1 - a + a^2)/(1 + a) = 7/4 > 1 would call
     # v1 unstable, but on the sphere every tangent eigenvalue is < 1 and v1 attracts.
-    F = _sym([3.0, 1.0, -0.5], seed=5)
+    F = sym([3.0, 1.0, -0.5], seed=5)
     n, eta = 4, 1.0
     _, V = S.consensus_points(F)
     assert S.supplement_consensus_eigenvalues(F, eta, 0, n)[0] == pytest.approx(7 / 4)
@@ -293,7 +148,7 @@ def test_supplement_radial_eigenvalue_would_misjudge_stability():
 
 def test_bipartite_consensus_small_perturbation_returns_large_escapes():
     """Figure 14: d = 3, n = 10, softmax attention, bipartite consensus along v1."""
-    F = _sym([1.0, 0.6, 0.3], seed=1)
+    F = sym([1.0, 0.6, 0.3], seed=1)
     _, V = S.consensus_points(F)
     eta, beta, n1 = 0.5, 1.0, 6
     X = S.bipartite_state(V[:, 0], n1, 10 - n1)
@@ -310,16 +165,16 @@ def test_bipartite_consensus_small_perturbation_returns_large_escapes():
 
 def test_shared_layer_gamma_rate_matches_power_method():
     lam = [1.0, 0.7, 0.4, 0.2, -0.1, -0.3]
-    F = _sym(lam, seed=6)
+    F = sym(lam, seed=6)
     eta = 0.5
-    mw = _model_from_F([F], n_heads=2, layer_block=np.zeros(12, dtype=int))
+    mw = model_from_F([F], n_heads=2, layer_block=np.zeros(12, dtype=int))
     assert mw.shared
     rng = np.random.default_rng(7)
     X0 = rng.standard_normal((3, 5, 6))
     T = 60  # prolonged: 12 real layers repeated
     states = prop.simplified_forward(mw, X0, eta, attention="full", n_layers=T)
     assert states.shape == (T + 1, 3, 5, 6)
-    ds = prop.propagation_metrics(mw, {"simplified_full": states}, n_null_draws=2)
+    ds = metrics.propagation_metrics(mw, {"simplified_full": states}, n_null_draws=2)
     gamma = ds["gamma"].sel(mode="simplified_full").values  # (layer, token)
     measured = S.measured_convergence_rate(gamma, tail=0.5)
     predicted = S.convergence_rate_prediction(F, eta)
@@ -333,7 +188,7 @@ def test_shared_layer_gamma_rate_matches_power_method():
 
 
 def test_bert_attention_sublayer_matches_hook(tiny_bert):
-    mw = _bert_weights(tiny_bert)
+    mw = bert_weights(tiny_bert)
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
     captured = {}
     hooks = [
@@ -355,7 +210,7 @@ def test_bert_attention_sublayer_matches_hook(tiny_bert):
 
 def test_gpt2_attention_sublayer_matches_hook(tiny_gpt2):
     model = tiny_gpt2.transformer
-    mw = _gpt2_weights(model)
+    mw = gpt2_weights(model)
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
     captured, inputs = {}, {}
     hooks = []
@@ -387,7 +242,7 @@ def test_gpt2_attention_sublayer_matches_hook(tiny_gpt2):
 
 def test_real_forward_hidden_states(tiny_gpt2, gpt2_dir):
     ids = np.random.default_rng(0).integers(0, 64, (2, 5))
-    hs = prop.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64)
+    hs = hf.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64)
     assert hs.shape == (3, 2, 5, 32) and hs.dtype == np.float64
     last = {}
     h = tiny_gpt2.transformer.h[-1].register_forward_hook(
@@ -398,7 +253,7 @@ def test_real_forward_hidden_states(tiny_gpt2, gpt2_dir):
     h.remove()
     # float32 checkpoint on disk: agreement to float32 precision; residual stream, no ln_f
     assert np.allclose(hs[-1], last["x"], atol=1e-5)
-    normed = prop.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64, final_norm=True)
+    normed = hf.real_forward_hidden_states(gpt2_dir, ids, dtype=torch.float64, final_norm=True)
     assert not np.allclose(normed[-1], hs[-1], atol=1e-3)
     assert np.allclose(normed[:-1], hs[:-1])
 
@@ -409,14 +264,14 @@ def test_real_forward_hidden_states(tiny_gpt2, gpt2_dir):
 def test_metrics_hand_made_example():
     d = 4
     F = np.diag([2.0, 1.0, 0.5, -3.0])
-    mw = _model_from_F([F, F], layer_block=[0, 1])
+    mw = model_from_F([F, F], layer_block=[0, 1])
     e = np.eye(d)
     # tokens exactly at v1 = e1 in every state: gamma = 1, psi = 0, rho = 0, distance 0
     at_v1 = np.broadcast_to(e[0], (3, 2, 3, d)).copy()
     # second run: the tokens start on e2 and jump to e1 at layer 1, so psi_1 = 1, rho_1 = 1
     jump = at_v1.copy()
     jump[0] = e[1]
-    ds = prop.propagation_metrics(mw, {"a": at_v1, "b": jump}, n_null_draws=4)
+    ds = metrics.propagation_metrics(mw, {"a": at_v1, "b": jump}, n_null_draws=4)
     assert ds.sizes == {"mode": 2, "layer": 2, "token": 6, "prompt": 2, "state": 3}
     assert np.allclose(ds["gamma"].sel(mode="a"), 1.0)
     assert np.allclose(ds["psi"].sel(mode="a"), 0.0)
@@ -438,8 +293,8 @@ def test_metrics_hand_made_example():
     # random states: rho in [0, 1], pearson and cosine both available and different
     rng = np.random.default_rng(0)
     R = rng.standard_normal((3, 4, 5, d)) + 0.7  # a common offset separates the two
-    cos = prop.propagation_metrics(mw, {"r": R}, corr="cosine", n_null_draws=3)
-    pea = prop.propagation_metrics(mw, {"r": R}, corr="pearson", n_null_draws=3)
+    cos = metrics.propagation_metrics(mw, {"r": R}, corr="cosine", n_null_draws=3)
+    pea = metrics.propagation_metrics(mw, {"r": R}, corr="pearson", n_null_draws=3)
     for ds_ in (cos, pea):
         for v in ("rho", "rho_mean", "rho_null", "rho_neg_null"):
             assert ((ds_[v] >= 0) & (ds_[v] <= 1)).all()
@@ -451,12 +306,12 @@ def test_metrics_hand_made_example():
     ref = np.abs(Xc @ v1c) / (np.linalg.norm(Xc, axis=-1) * np.linalg.norm(v1c))
     assert np.allclose(pea["gamma"].sel(layer=1, mode="r"), ref.reshape(-1))
     # corr_proj: span(v1) alone reproduces gamma under cosine; span(v1, v2) gives >= gamma
-    one = prop.propagation_metrics(mw, {"r": R}, proj="v1", n_null_draws=1)
+    one = metrics.propagation_metrics(mw, {"r": R}, proj="v1", n_null_draws=1)
     assert np.allclose(one["corr_proj"], one["gamma"])
     assert (cos["corr_proj"] >= cos["gamma"] - 1e-12).all()
     # Figure 4 distance: e1, e2, -e1 (any scale) -> mean of sqrt2, 2, sqrt2
     tri = np.array([[3.0, 0, 0, 0], [0, 0.5, 0, 0], [-1.0, 0, 0, 0]])
-    assert prop.token_distance(tri) == pytest.approx((2 * np.sqrt(2) + 2) / 3)
+    assert metrics.token_distance(tri) == pytest.approx((2 * np.sqrt(2) + 2) / 3)
 
 
 def test_principal_directions_complex_leading_pair():
@@ -464,7 +319,7 @@ def test_principal_directions_complex_leading_pair():
     F = np.zeros((4, 4))
     F[:2, :2] = [[2.0, -1.0], [1.0, 2.0]]
     F[2, 2], F[3, 3] = 1.5, -2.0
-    pdir = prop.principal_directions(F)
+    pdir = directions.principal_directions(F)
     assert pdir["lambda1_is_complex"]
     assert np.allclose(np.abs(pdir["v1"]), [0, 0, 1, 0]) and pdir["lambda_v1"] == 1.5
     assert np.allclose(np.abs(pdir["v_neg"]), [0, 0, 0, 1]) and pdir["lambda_neg"] == -2.0
@@ -477,10 +332,10 @@ def test_principal_directions_complex_leading_pair():
 def test_random_direction_null_level_high_dimension():
     d = 400
     F = np.diag(np.linspace(1.0, -1.0, d))
-    mw = _model_from_F([F])
+    mw = model_from_F([F])
     rng = np.random.default_rng(1)
     states = rng.standard_normal((2, 10, 20, d))
-    ds = prop.propagation_metrics(mw, {"random": states}, n_null_draws=8, seed=3)
+    ds = metrics.propagation_metrics(mw, {"random": states}, n_null_draws=8, seed=3)
     expect = np.sqrt(2 / (np.pi * d))
     assert float(ds["gamma_null"].mean()) == pytest.approx(expect, rel=0.1)
     assert float(ds["gamma"].mean()) == pytest.approx(expect, rel=0.25)  # v1 is random too
@@ -492,17 +347,17 @@ def test_real_attention_reduces_to_full_with_zero_queries():
     # W_Q = W_K = 0: uniform softmax scores, so "real" must equal "full" (causal too),
     # and a GPT-Neo "local" window restricts the keys
     rng = np.random.default_rng(2)
-    F = _sym([1.0, 0.5, 0.1, -0.4], seed=3)
+    F = sym([1.0, 0.5, 0.1, -0.4], seed=3)
     X0 = rng.standard_normal((2, 5, 4))
     for causal in (False, True):
-        mw = _model_from_F([F, F], n_heads=2, causal=causal, layer_block=[0, 1])
+        mw = model_from_F([F, F], n_heads=2, causal=causal, layer_block=[0, 1])
         for blk in mw.blocks:
             blk.W_Q[:] = 0.0
             blk.W_K[:] = 0.0
         real = prop.simplified_forward(mw, X0, 0.3, attention="real")
         full = prop.simplified_forward(mw, X0, 0.3, attention="full")
         assert np.allclose(real, full, atol=1e-14)
-    mw = _model_from_F([F], causal=True, kinds=["local"], window=2, family="gpt_neo")
+    mw = model_from_F([F], causal=True, kinds=["local"], window=2, family="gpt_neo")
     A = prop.attention_weights(mw, 0, X0)
     i, j = np.indices((5, 5))
     assert np.all(A[..., (j > i) | (i - j >= 2)] == 0.0)
@@ -510,101 +365,31 @@ def test_real_attention_reduces_to_full_with_zero_queries():
 
 
 def test_prompts():
-    ids = prop.random_prompts(50, 4, 6, seed=1, special_ids_to_avoid=[0, 1, 2, 49])
+    ids = hf.random_prompts(50, 4, 6, seed=1, special_ids_to_avoid=[0, 1, 2, 49])
     assert ids.shape == (4, 6) and ids.dtype == np.int64
     assert not np.isin(ids, [0, 1, 2, 49]).any() and ids.max() < 50
-    assert np.array_equal(ids, prop.random_prompts(50, 4, 6, 1, [0, 1, 2, 49]))
+    assert np.array_equal(ids, hf.random_prompts(50, 4, 6, 1, [0, 1, 2, 49]))
 
     def tok(text, add_special_tokens=False):
         return {"input_ids": [len(w) for w in text.split()]}
 
-    out = prop.text_prompts(tok, ["a bb ccc dddd", "short one", "", "x yy zzz w v"], 4)
+    out = hf.text_prompts(tok, ["a bb ccc dddd", "short one", "", "x yy zzz w v"], 4)
     assert out.tolist() == [[1, 2, 3, 4], [1, 2, 3, 1]]
     with pytest.raises(ValueError):
-        prop.text_prompts(tok, ["a b"], 3)
+        hf.text_prompts(tok, ["a b"], 3)
 
-
-# --------------------------------------------------------------------------- steering
-
-
-def test_steering_makes_u_exact_eigenvector():
-    rng = np.random.default_rng(8)
-    d = 16
-    W_V = rng.standard_normal((d, d))
-    W_O = rng.standard_normal((d, d))
-    u = rng.standard_normal(d)
-    u /= np.linalg.norm(u)
-    F = W_O @ W_V
-    r = np.max(np.abs(np.linalg.eigvals(F)))
-    both = st.compare_steering(W_O, W_V, u, c=1.5)
-    for res in both.values():
-        assert res.residual < 1e-12
-        assert np.allclose(res.F @ u, 1.5 * r * u, atol=1e-10 * r)
-        assert np.min(np.abs(np.linalg.eigvals(res.F) - 1.5 * r)) < 1e-8 * r
-        assert np.allclose(res.W_O - W_O, res.delta)
-    mn, ls = both["min_norm"], both["lstsq"]
-    assert np.linalg.matrix_rank(mn.delta) == 1
-    assert mn.relative_change <= ls.relative_change + 1e-12
-
-    # ill-conditioned W_V: the pseudo-inverse construction is far larger
-    U_, _, Vt = np.linalg.svd(W_V)
-    W_V_bad = U_ @ np.diag(np.logspace(0, -6, d)) @ Vt
-    bad = st.compare_steering(W_O, W_V_bad, u, c=1.5)
-    assert bad["min_norm"].residual < 1e-10
-    assert bad["lstsq"].relative_change > 100 * bad["min_norm"].relative_change
-
-
-def test_steered_weights_and_gamma():
-    F = _sym([1.0, 0.8, 0.3, 0.1, -0.2, -0.5], seed=9)
-    mw = _model_from_F([F], n_heads=2, layer_block=np.zeros(4, dtype=int))  # shared (ALBERT)
-    u = np.random.default_rng(2).standard_normal(6)
-    new_mw, res = st.steer_model_weights(mw, u, c=3.0)
-    assert res.u_is_leading
-    assert len(new_mw.blocks) == 2 and list(new_mw.layer_block) == [0, 0, 0, 1]
-    assert np.array_equal(new_mw.blocks[0].W_O, mw.blocks[0].W_O)
-    v1_last = prop.layer_directions(new_mw)["v1"][-1]
-    assert abs(v1_last @ u) / np.linalg.norm(u) == pytest.approx(1.0, abs=1e-10)
-    X0 = np.random.default_rng(3).standard_normal((4, 6, 6))
-    ds = st.steering_gamma(mw, X0, 0.5, u, res.W_O, attention="full")
-    assert ds["gamma_u"].dims == ("variant", "token")
-    g = ds["gamma_u_mean"]
-    assert float(g.sel(variant="steered").mean()) > float(g.sel(variant="original").mean())
-
-
-def test_next_token_prob_change_gpt2(tiny_gpt2, gpt2_dir):
-    mw = _gpt2_weights(tiny_gpt2.transformer)
-    W_O = mw.blocks[-1].W_O
-    ids = np.random.default_rng(4).integers(0, 64, (3, 6))
-    # the unchanged W_O in the package (out, in) convention must leave the model intact:
-    # this fails if the Conv1D (in, out) storage were not respected
-    same = st.next_token_prob_change(gpt2_dir, ids, 5, W_O, dtype=torch.float64)
-    assert np.allclose(same["delta"], 0.0, atol=1e-7)
-    assert np.all(same["p_before"] > 0)
-    wrong = st.next_token_prob_change(gpt2_dir, ids, 5, W_O.T, dtype=torch.float64)
-    assert np.abs(wrong["delta"]).max() > 1e-5
-    E = tiny_gpt2.transformer.wte.weight.detach().numpy()
-    u = st.target_direction(E, 5)
-    assert np.linalg.norm(u) == pytest.approx(1.0)
-    res = st.steer(W_O, mw.blocks[-1].W_V, u, c=5.0)
-    out = st.next_token_prob_change(gpt2_dir, ids, 5, res.W_O, dtype=torch.float64)
-    assert out["p_after"].shape == (3,) and np.isfinite(out["p_after"]).all()
-    with pytest.raises(ValueError):
-        st.next_token_prob_change(gpt2_dir, ids, 5, np.zeros((32, 16)))
 
 
 @pytest.mark.parametrize("corr", ["cosine", "pearson"])
 def test_metrics_equal_direct_correlations(corr):
     """The metrics' fast path (norms computed once per mode) equals the plain definition
     |corr(x_i, v1_t)| and psi_t = gamma_t - |corr(x_i^{t-1}, v1_t)|, for tokens and nulls."""
-    from specalign.transformers.propagate import (
-        correlation,
-        layer_directions,
-        propagation_metrics,
-        simplified_forward,
-    )
+    from specalign.transformers.directions import layer_directions
+    from specalign.transformers.metrics import correlation, propagation_metrics
+    from specalign.transformers.propagate import simplified_forward
 
     rng = np.random.default_rng(3)
-    mw = _model_from_F([_sym([2.0, 1.0, 0.5, -1.0]), _sym([1.5, -0.5, 0.2, 0.1], seed=1)])
+    mw = model_from_F([sym([2.0, 1.0, 0.5, -1.0]), sym([1.5, -0.5, 0.2, 0.1], seed=1)])
     X0 = rng.standard_normal((3, 4, 4))
     S = simplified_forward(mw, X0, 0.5, attention="full")
     ds = propagation_metrics(mw, {"m": S}, corr=corr, n_null_draws=2, seed=0)

@@ -34,11 +34,13 @@ import torch
 from tiny_models import CONFIGS, float64_everywhere
 
 from specalign.io import InputFileError
+from specalign.transformers import hf
 from specalign.transformers import propagate as prop
 from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
-from specalign.transformers.families import FAMILIES, expand_kv, family
+from specalign.transformers.families import FAMILIES, adapter_class, expand_kv
+from specalign.transformers.paper import PAPER_FAMILIES
 
 torch.set_num_threads(1)
 
@@ -54,6 +56,7 @@ MODULES = {
     "gpt_neox": ("layers", "attention", "attention.dense"),
     "gptj": ("h", "attn", "attn.out_proj"),
     "opt": ("decoder.layers", "self_attn", "self_attn.out_proj"),
+    "falcon": ("h", "self_attention", "self_attention.dense"),
     **{
         mt: ("layers", "self_attn", "self_attn.o_proj")
         for mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")
@@ -66,6 +69,16 @@ N_PROMPTS, N_TOKENS = 2, 8  # longer than every window of the tiny models
 def test_every_family_has_a_tiny_model() -> None:
     assert set(tiny_models.BUILDERS) == set(FAMILIES) == set(MODULES)
     assert {cfg["model_type"] for cfg in CONFIGS.values()} == set(FAMILIES)
+
+
+def test_modern_test_yaml_is_the_catalogue(repo: Path) -> None:
+    """config/modern_test.yaml's models are what ``tiny_models`` derives (rewrite them
+    with ``python tests/tiny_models.py``): a twin of a case per family beyond the
+    paper's."""
+    text = (repo / "config" / "modern_test.yaml").read_text()
+    assert text == tiny_models.with_modern_test_models(text)
+    twins = {CONFIGS[case]["model_type"] for case in tiny_models.TWINS.values()}
+    assert twins == set(FAMILIES) - set(PAPER_FAMILIES)
 
 
 class Case:
@@ -83,7 +96,7 @@ class Case:
         self.layers = self.base.get_submodule(layers)
         cfg = self.model.config
         self.ids = torch.as_tensor(
-            prop.random_prompts(cfg.vocab_size, N_PROMPTS, N_TOKENS, seed=3, special_ids_to_avoid=[
+            hf.random_prompts(cfg.vocab_size, N_PROMPTS, N_TOKENS, seed=3, special_ids_to_avoid=[
                 i for i in (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id) if i is not None
             ])
         )  # fmt: skip
@@ -179,10 +192,15 @@ def test_F_equals_the_map_measured_from_the_attention_module(cases: dict, name: 
 def test_weights_h5_describes_the_family(cases: dict, name: str) -> None:
     case = cases[name]
     mw, cfg = case.mw, case.model.config
-    adapter = family(case.model_type)
+    adapter = adapter_class(case.model_type)
     assert mw.family == case.model_type and mw.norm == adapter.norm
     assert mw.d_head * mw.n_heads == case.mw.blocks[0].W_O.shape[1]
-    assert mw.n_kv_heads == (getattr(cfg, "num_key_value_heads", None) or mw.n_heads)
+    # the module's own key/value head count: Llama-style ``num_key_value_groups``,
+    # Falcon's ``num_kv_heads`` (its config key means nothing with multi_query)
+    attn = case.layer(0).get_submodule(case.attn_path)
+    groups = getattr(attn, "num_key_value_groups", None)
+    kv = mw.n_heads // groups if groups else getattr(attn, "num_kv_heads", mw.n_heads)
+    assert mw.n_kv_heads == kv == (getattr(cfg, "num_key_value_heads", None) or kv)
     with float64_everywhere():
         in_memory = extract(case.folder)  # the streamed file holds what extract() holds
     for a, b in zip(in_memory.blocks, mw.blocks, strict=True):
@@ -257,7 +275,7 @@ def test_real_states_are_the_hidden_states_and_the_residual_stream(cases: dict, 
     finally:
         hook.remove()
     with float64_everywhere():
-        states = prop.real_forward_hidden_states(case.folder, case.ids.numpy(), dtype=torch.float64)
+        states = hf.real_forward_hidden_states(case.folder, case.ids.numpy(), dtype=torch.float64)
     hs = [h.numpy() for h in out.hidden_states]
     assert states.shape[0] == len(hs) == case.mw.n_layers + 1
     for t in range(case.mw.n_layers):
@@ -310,7 +328,9 @@ def test_simplified_real_update_uses_the_family_attention(cases: dict, name: str
     np.testing.assert_allclose(step, Y / np.linalg.norm(Y, axis=-1, keepdims=True), atol=1e-12)
 
 
-@pytest.mark.parametrize("name", [c for c in CASES if family(CONFIGS[c]["model_type"]).causal_lm])
+@pytest.mark.parametrize(
+    "name", [c for c in CASES if adapter_class(CONFIGS[c]["model_type"]).causal_lm]
+)
 def test_steering_through_the_output_projection(cases: dict, name: str) -> None:
     """The min-norm W_O (with the expanded W_V) written into the causal LM's output
     projection makes u an eigenvector of the F measured from the modified module, and
@@ -352,7 +372,7 @@ def test_steering_dataset_on_a_projected_post_ln_model(cases: dict) -> None:
     assert float(ds["residual"].max()) < 1e-10
     p = ds["p_before"].values
     assert np.isfinite(p).all() and ((p > 0) & (p < 1)).all()
-    base = prop.load_base_model(case.folder)
+    base = hf.load_base_model(case.folder)
     with torch.no_grad():
         out = base(input_ids=case.ids, output_hidden_states=True)
     state0, e = st.model_inputs(case.folder, case.ids.numpy(), 5)
@@ -409,6 +429,23 @@ def test_config_defaults_come_from_the_family_class(tmp_path: Path) -> None:
         extract(tmp_path)
 
 
+def test_falcon_key_value_heads_and_alibi() -> None:
+    """Falcon's key/value head count follows its layout, not ``num_kv_heads`` alone
+    (multi-query: 1; neither layout: n_heads, whatever the key says; the new architecture:
+    the key), and ALiBi scores are refused rather than read as rotary ones."""
+    from specalign.transformers.families import adapter_for
+
+    base = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 8}
+    assert adapter_for(base).n_kv_heads == 1  # the class default: multi_query
+    per_head = adapter_for({**base, "multi_query": False, "num_kv_heads": 2})
+    assert per_head.n_kv_heads == 8
+    grouped = adapter_for({**base, "new_decoder_architecture": True, "num_kv_heads": 2})
+    assert (grouped.n_kv_heads, grouped.residual) == (2, "parallel")
+    assert adapter_for({**base, "parallel_attn": False}).residual == "sequential"
+    with pytest.raises(ValueError, match="alibi"):
+        adapter_for({**base, "alibi": True})
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_stock_float32_model_matches_at_the_float32_level(name: str, tmp_path: Path) -> None:
     """The production path: a stock float32 model and weights.h5 extracted without the
@@ -417,7 +454,7 @@ def test_stock_float32_model_matches_at_the_float32_level(name: str, tmp_path: P
     model = tiny_models.build(name).to(torch.float32)
     model.save_pretrained(str(tmp_path))
     mw = extract(tmp_path)
-    ids = torch.as_tensor(prop.random_prompts(96, 2, 12, seed=0, special_ids_to_avoid=[0, 1, 2]))
+    ids = torch.as_tensor(hf.random_prompts(96, 2, 12, seed=0, special_ids_to_avoid=[0, 1, 2]))
     with torch.no_grad():
         out = model.base_model(input_ids=ids, output_attentions=True, output_hidden_states=True)
     for i in range(mw.n_layers):
@@ -435,8 +472,8 @@ def test_random_twin_of_a_causal_lm_is_saved_with_its_head(tmp_path: Path) -> No
     folder = make_random_model(dict(CONFIGS["phi3"]), tmp_path / "twin", seed=0)
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         assert "lm_head.weight" in f.keys()
-    ids = prop.random_prompts(96, 2, 5, seed=0)
-    lm = st.load_causal_lm(folder)
+    ids = hf.random_prompts(96, 2, 5, seed=0)
+    lm = hf.load_causal_lm(folder)
     W_O = lm.model.layers[-1].self_attn.o_proj.weight.detach().double().numpy()
     # two independent loads of the folder: an unsaved head would differ between them
     p = [st.next_token_prob_change(folder, ids, 3, W_O)["p_before"] for _ in range(2)]
@@ -472,7 +509,7 @@ def test_random_prompts_avoid_the_config_special_ids(tmp_path: Path) -> None:
               "eos_token_id": [2, 3]}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(config))
     cfg = {"kind": "random", "n_prompts": 50, "n_tokens": 10, "seed": 0}
-    ids = set(np.unique(prop.prompt_ids(tmp_path, cfg)).tolist())
+    ids = set(np.unique(hf.prompt_ids(tmp_path, cfg)).tolist())
     assert ids and not ids & {0, 1, 2, 3} and ids <= set(range(4, 16))
 
 
@@ -485,14 +522,14 @@ def test_position_limit_is_the_model_s(cases: dict, name: str) -> None:
     from specalign.transformers.limits import model_problems
 
     case = cases[name]
-    adapter = family(case.model_type)(CONFIGS[name])
+    adapter = adapter_class(case.model_type)(CONFIGS[name])
     limit = adapter.max_positions
     assert limit == (62 if case.model_type == "roberta" else 64)
     cfg = case.model.config
     special = [i for i in (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id) if i is not None]
 
     def run(n: int) -> None:
-        ids = prop.random_prompts(cfg.vocab_size, 1, n, seed=0, special_ids_to_avoid=special)
+        ids = hf.random_prompts(cfg.vocab_size, 1, n, seed=0, special_ids_to_avoid=special)
         with torch.no_grad():
             case.base(input_ids=torch.as_tensor(ids))
 

@@ -16,8 +16,8 @@ import tiny_models
 from tiny_models import CONFIGS
 
 from specalign.io import InputFileError
+from specalign.transformers import directions, spectra
 from specalign.transformers import propagate as prop
-from specalign.transformers import spectra
 from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
@@ -31,6 +31,7 @@ CONTROL = "bert"
 def test_the_grouped_query_cases_are_the_expected_families() -> None:
     assert {CONFIGS[c]["model_type"] for c in GQA} == {
         "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
+        "falcon",
     }  # fmt: skip
     assert CONTROL not in GQA
 
@@ -255,8 +256,8 @@ def test_propagation_on_the_factors_matches_the_dense_F(saved: dict, case: str) 
         b = prop.simplified_forward(dense, X0, 0.8, attention, n_layers=4)
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
     for blk in mw.blocks:
-        fac = prop.block_principal_directions(mw, blk)
-        ref = prop.principal_directions(blk.F)
+        fac = directions.block_principal_directions(mw, blk)
+        ref = directions.principal_directions(blk.F)
         if fac["lambda_v1"] == 0.0:  # F's leading real eigenvalue is an exact zero
             assert np.isnan(fac["v1"]).all() and abs(ref["lambda_v1"]) < 1e-12
             continue
@@ -432,7 +433,7 @@ def test_steering_on_a_lazy_read_is_bit_identical_and_reads_each_block_once(
     X0, e = rng.standard_normal((3, 4, eager.d_model)), rng.standard_normal(eager.d_model)
     monkeypatch.setattr(st, "steering_target", lambda *a, **k: st.SteeringTarget(7, (), ""))
     monkeypatch.setattr(st, "model_inputs", lambda *a, **k: (X0, e))
-    monkeypatch.setattr(st.family(eager.family), "causal_lm", False, raising=False)
+    monkeypatch.setattr(st.adapter_class(eager.family), "causal_lm", False, raising=False)
     cfg = {"target_text": "x", "c": [0.5, 2.0], "methods": ["min_norm", "lstsq"]}
     ids = np.zeros((3, 4), int)
     ref = st.steering_dataset(eager, "unused", ids, 0.7, cfg, 0, 3, directions=directions)

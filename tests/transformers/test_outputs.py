@@ -16,13 +16,16 @@ import pytest
 import xarray as xr
 
 from specalign.output import save_figure
+from specalign.transformers import claims as tc
 from specalign.transformers import figures as ptf
 from specalign.transformers import propagate as prop
 from specalign.transformers import reproduction as tr
 from specalign.transformers import spectra as spec
 from specalign.transformers import sphere, steer
 from specalign.transformers import tables as tt
-from specalign.transformers.weights import BlockWeights, ModelWeights
+from specalign.transformers.contracts import write_weights_h5
+from specalign.transformers.figures.depth import _spans_a_decade
+from specalign.transformers.weights import BlockWeights, ModelWeights, shares_weights
 
 ETA = 1.0
 D = 8
@@ -134,10 +137,20 @@ def test_per_model_figures_render(data, tmp_path):
         assert mode in cap
         cap = _save(ptf.correlations_figure(pr["tiny"], "tiny", mode), tmp_path, f"co_{mode}")
         assert "Fig. 5" in cap and "random 2-plane" in cap
-    assert "Figs. 2 and 8" in ptf.alignment_figure(pr["tiny"], "tiny", "simplified_real")[1]
-    assert "Fig. 12" in ptf.alignment_figure(pr["tiny"], "tiny", "real_model")[1]
-    assert "Fig. 1b" in ptf.alignment_figure(pr["albert_tiny"], "a", "simplified_real")[1]
-    assert "Fig. 11" in ptf.alignment_figure(pr["albert_tiny"], "a", "real_model")[1]
+    # the paper figure follows the shared attribute of the model's spectra.nc
+    def paper(model: str, mode: str, spectra: xr.Dataset | None) -> str:
+        return ptf.alignment_figure(pr[model], model, mode, spectra=spectra)[1]
+
+    assert "Figs. 2 and 8" in paper("tiny", "simplified_real", sp["tiny"])
+    assert "Fig. 1b" not in paper("tiny", "simplified_real", sp["tiny"])
+    assert "Fig. 12" in paper("tiny", "real_model", sp["tiny"])
+    assert "Fig. 1b" in paper("albert_tiny", "simplified_real", sp["albert_tiny"])
+    assert "Figs. 2 and 8" not in paper("albert_tiny", "simplified_real", sp["albert_tiny"])
+    assert "Fig. 11" in paper("albert_tiny", "real_model", sp["albert_tiny"])
+    # without spectra.nc it is not known, and the caption names both
+    assert "Fig. 1b (ALBERT) for shared weights, paper Figs. 2 and 8 otherwise" in paper(
+        "albert_tiny", "simplified_real", None
+    )
     cap = _save(ptf.token_distance_figure(pr["tiny"], "tiny"), tmp_path, "dist")
     assert "Fig. 4" in cap and "sqrt(2)" in cap
     cap = _save(ptf.prolonged_figure(pr["albert_tiny"], "albert_tiny"), tmp_path, "prolonged")
@@ -184,8 +197,8 @@ def test_figures_say_what_they_show(data, tmp_path):
     # sin(theta) within one decade: a linear axis, said in the caption
     fig, cap = ptf.prolonged_figure(pr["tiny"], "tiny")
     assert fig.axes[1].get_yscale() == ("log" if "log scale" in cap else "linear")
-    assert ptf._spans_a_decade(np.array([0.97, 0.99, 1.0])) is False
-    assert ptf._spans_a_decade(np.array([1e-3, 0.5])) is True
+    assert _spans_a_decade(np.array([0.97, 0.99, 1.0])) is False
+    assert _spans_a_decade(np.array([1e-3, 0.5])) is True
     # Figure 14: the consensus level of an even split is sqrt(2n): listed once
     fig, _ = ptf.sphere_figure14(data["sphere"]["sphere"])
     texts = [
@@ -349,35 +362,35 @@ def test_propagation_table_hand_values():
 
 def test_tilt_summary_and_verdict_rules():
     ds = _constructed_prop()
-    s = tt.tilt_summary(ds, "simplified_real")
+    s = tc.tilt_summary(ds, "simplified_real")
     # layer 1: mean psi 0.1 > 0 and rho 0.75 > 0.5 -> tilt; layer 2: psi 0, rho 0 -> none
     assert s["frac"] == 0.5 and s["n_layers"] == 2
     assert s["excess"] == pytest.approx(((0.75 - 0.5) + (0.0 - 0.5)) / 2)
     assert s["verdict"].startswith("does not hold beyond chance")
-    s2 = tt.tilt_summary(ds, "real_model")
+    s2 = tc.tilt_summary(ds, "real_model")
     assert s2["frac"] == 1.0 and s2["excess"] == pytest.approx(0.5)
     assert s2["verdict"].startswith("holds (")
-    s3 = tt.tilt_summary(ds, "real_model", "_pearson")
+    s3 = tc.tilt_summary(ds, "real_model", "_pearson")
     assert s3["verdict"] == s2["verdict"] and np.isnan(s3["null_frac"])
-    assert tt.tilt_summary(ds, "prolonged_full") is None
+    assert tc.tilt_summary(ds, "prolonged_full") is None
     small = dict(frac=1.0, excess=0.04)
     assert (
-        tt._tilt_verdict(small) == "holds only above chance by 0.04 in rho (tilt in 100% of layers)"
+        tc.tilt_verdict(small) == "holds only above chance by 0.04 in rho (tilt in 100% of layers)"
     )
 
 
 def test_tilt_verdict_not_specific_when_the_negative_eigenvector_passes_too():
     base = dict(frac=0.8, excess=0.3, rho=0.8, neg_frac=0.8, rho_neg=0.78)
-    v = tt._tilt_verdict(base)
-    assert v.startswith("not specific to v1") and not tt.holds(v)
+    v = tc.tilt_verdict(base)
+    assert v.startswith("not specific to v1") and not tc.holds(v)
     assert "80%" in v and "0.78" in v
     # the negative direction passes in fewer layers, or with a clearly lower rho: v1 wins
-    assert tt._tilt_verdict({**base, "neg_frac": 0.6}).startswith("holds (")
-    assert tt._tilt_verdict({**base, "rho_neg": 0.6}).startswith("holds (")
+    assert tc.tilt_verdict({**base, "neg_frac": 0.6}).startswith("holds (")
+    assert tc.tilt_verdict({**base, "rho_neg": 0.6}).startswith("holds (")
     # no negative direction stored: the plain verdict
-    assert tt._tilt_verdict({**base, "neg_frac": float("nan")}).startswith("holds (")
+    assert tc.tilt_verdict({**base, "neg_frac": float("nan")}).startswith("holds (")
     # below chance stays below chance, whatever the negative direction does
-    assert tt._tilt_verdict({**base, "excess": -0.1}).startswith("does not hold beyond")
+    assert tc.tilt_verdict({**base, "excess": -0.1}).startswith("does not hold beyond")
 
 
 def _rate_row(**kw):
@@ -393,16 +406,49 @@ def _rate_row(**kw):
 
 
 def test_rate_verdict_a_predicted_rate_of_one_is_no_convergence():
-    v = tt._rate_verdict(_rate_row())
+    v = tc.rate_verdict(_rate_row())
     assert "no convergence predicted" in v and "matches" not in v
-    v2 = tt._rate_verdict(
-        _rate_row(measured=0.9, predicted=0.9, asymptotic=0.95, gamma_final=0.999)
-    )
+    v2 = tc.rate_verdict(_rate_row(measured=0.9, predicted=0.9, asymptotic=0.95, gamma_final=0.999))
     assert "matches the power-method prediction" in v2
     # agreement with the asymptotic rate 1 while |mu_2/mu_1| < 1 is still no convergence
-    v3 = tt._rate_verdict(_rate_row(measured=0.999, predicted=0.5, asymptotic=1.0))
+    v3 = tc.rate_verdict(_rate_row(measured=0.999, predicted=0.5, asymptotic=1.0))
     assert "no convergence predicted" in v3
-    assert "does not match" in tt._rate_verdict(_rate_row(measured=0.5))
+    assert "does not match" in tc.rate_verdict(_rate_row(measured=0.5))
+
+
+def test_over_training_rules_take_step_zero_as_the_null():
+    """Claims (1) and (2) along a checkpoint series ("(7) Over training"): claim (1)
+    emerges at the first step from which rho - null stays TILT_MARGIN above both its null
+    and its step-0 value with the tilt in a majority of layers; claim (2) needs both
+    gamma -> 1 and the rate within RATE_TOL at the last step."""
+    steps = np.array([0, 10, 20, 40])
+    ds = xr.Dataset(
+        {
+            # mode a: passes from step 20 on; mode b: above the null from step 10, but
+            # its tilt fraction drops below one half at the last step
+            "rho_minus_null": (("mode", "step"), [[0.02, 0.05, 0.2, 0.25], [0.01, 0.2, 0.2, 0.3]]),
+            "tilt_fraction": (("mode", "step"), [[0.2, 0.6, 0.8, 0.9], [0.1, 0.7, 0.7, 0.4]]),
+            "final_gamma": (
+                ("prolonged", "step"),
+                [[0.5, 0.9, 0.95, 0.995], [0.5, 0.9, 0.95, 0.98]],
+            ),
+            "measured_rate": (
+                ("prolonged", "step"),
+                [[0.9, 0.8, 0.7, 0.61], [0.9, 0.8, 0.7, 0.61]],
+            ),
+            "predicted_rate": (("prolonged", "step"), [[0.8, 0.8, 0.7, 0.6], [0.8, 0.8, 0.7, 0.6]]),
+        },
+        coords={"step": steps, "mode": ["a", "b"], "prolonged": ["p", "q"]},
+    )
+    a, b = tc.claim1_over_training(ds, "a"), tc.claim1_over_training(ds, "b")
+    assert (a["emerges"], a["step0"], a["final"]) == (20, 0.02, 0.25)
+    assert b["emerges"] is None  # a majority of layers at every later step, or nothing
+    p, q = tc.claim2_over_training(ds, "p"), tc.claim2_over_training(ds, "q")
+    assert p["converged"] and p["rate_matches"] and p["verdict"] == "holds"
+    assert not q["converged"] and q["rate_matches"] and q["verdict"] == "does not hold"
+    late = ds.copy(deep=True)
+    late["measured_rate"][0, -1] = 0.6 + 2 * tc.RATE_TOL
+    assert tc.claim2_over_training(late, "p")["verdict"] == "does not hold"
 
 
 def test_eigenvalue_table_rows_and_values(data):
@@ -482,14 +528,44 @@ def test_table_writers(data, tmp_path):
     assert [p.suffix for p in sp] == [".csv", ".md", ".html"]
 
 
+def test_shared_weights_are_what_the_files_record(data, tmp_path):
+    """One reading of "shared weights" (weights.shares_weights): the ``shared``
+    attribute weights.h5 and spectra.nc record, which the figures, the tables and the
+    series follow, whatever the family or the eigenvalues suggest."""
+    import h5py
+
+    sp, pr = data["spectra"], data["prop"]
+    assert shares_weights(sp["albert_tiny"].attrs) and not shares_weights(sp["tiny"].attrs)
+    # weights.h5 says what spectra.nc says; a one-layer ALBERT has nothing to share
+    one_layer = _weights("albert", 1, True, seed=3)
+    for name, mw in (("albert", _weights("albert", 3, True, seed=3)), ("one", one_layer)):
+        write_weights_h5(tmp_path / f"{name}.h5", mw)
+        with h5py.File(tmp_path / f"{name}.h5", "r") as f:
+            in_h5 = shares_weights(dict(f.attrs))
+        assert in_h5 == shares_weights(spec.spectra_dataset(mw, ETA).attrs) == mw.shared
+    assert not one_layer.shared
+    with pytest.raises(ValueError, match="shared"):
+        shares_weights(pr["albert_tiny"].attrs)  # propagation.nc does not record it
+    # a BERT-family file that records shared weights is read as shared everywhere
+    marked = sp["tiny"].copy()
+    marked.attrs["shared"] = 1
+    assert "shared weights: one F" in ptf.eigenvalue_figure(marked, "tiny")[1]
+    assert "shared weights: one F" not in ptf.eigenvalue_figure(sp["tiny"], "tiny")[1]
+    caption = ptf.alignment_figure(pr["tiny"], "tiny", spectra=marked)[1]
+    assert "Fig. 1b" in caption
+    assert "1 by construction" in ptf.eigvec_continuity_figure({"tiny": marked})[1]
+    assert tc.rate_summary(pr["tiny"], marked)["shared"]
+    assert not tc.rate_summary(pr["tiny"], sp["tiny"])["shared"]
+
+
 def test_rate_summary_shared_model(data):
-    s = tt.rate_summary(data["prop"]["albert_tiny"], data["spectra"]["albert_tiny"])
+    s = tc.rate_summary(data["prop"]["albert_tiny"], data["spectra"]["albert_tiny"])
     assert s is not None and s["shared"] and s["layers"] == 40
     assert np.isfinite(s["predicted"]) and np.isfinite(s["asymptotic"])
     # full attention on one shared F is the exact power method on I + eta F
-    assert s["measured"] == pytest.approx(s["asymptotic"], abs=tt.RATE_TOL)
+    assert s["measured"] == pytest.approx(s["asymptotic"], abs=tc.RATE_TOL)
     assert "gamma -> 1" in s["verdict"]
-    assert tt.rate_summary(data["prop"]["tiny_random"], None) is None
+    assert tc.rate_summary(data["prop"]["tiny_random"], None) is None
 
 
 # --------------------------------------------------------------------------- markdown

@@ -57,6 +57,9 @@ def test_training_nc_contract(series_run):
         assert manifest["source"] == "trained"
         assert manifest["series"] == name and manifest["step"] == 4
     assert (workdir / "results/figures/transformers/series/a/training.png").is_file()
+    # the figure's data-derived caption, beside it for the report's caption to include
+    caption = (workdir / "results/figures/transformers/series/a/training.caption.rst").read_text()
+    assert caption.startswith("Series a: ") and "step" in caption
     report = (workdir / "results/reproduction.md").read_text()
     assert "(7) Over training" in report and "**a** (trained, albert)" in report
 

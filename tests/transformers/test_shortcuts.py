@@ -14,9 +14,9 @@ import pytest
 import xarray as xr
 from tiny_models import TINY_CONFIGS
 
+from specalign.transformers import directions, metrics, spectra, steer
 from specalign.transformers import propagate as prop
-from specalign.transformers import spectra, steer
-from specalign.transformers.families import family
+from specalign.transformers.families import adapter_class
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
 D, ETA = 12, 0.5
@@ -55,7 +55,7 @@ def test_directions_from_spectra_equal_a_fresh_decomposition(name):
     mw = MODELS[name]()
     stored = spectra.block_directions(spectra.spectra_dataset(mw, eta=ETA))
     for blk, got in zip(mw.blocks, stored, strict=True):
-        fresh = prop.principal_directions(blk.F)
+        fresh = directions.principal_directions(blk.F)
         assert set(got) == set(fresh)
         for key, want in fresh.items():
             np.testing.assert_array_equal(got[key], want, err_msg=key)
@@ -113,13 +113,13 @@ def test_steering_dataset_equals_every_steered_model_run_in_full(name, monkeypat
         for c in cfg["c"]:
             steered, res = steer.steer_model_weights(mw, u, c, method=method)
             states = prop.simplified_forward(steered, X0, ETA, "real")
-            metrics = prop.propagation_metrics(steered, {"s": states}, n_null_draws=1)
+            got_m = metrics.propagation_metrics(steered, {"s": states}, n_null_draws=1)
             got = ds.sel(c=c).isel(method=cfg["methods"].index(method))
             np.testing.assert_allclose(
-                got["gamma_layers"], metrics["gamma"].sel(mode="s"), rtol=1e-12, atol=1e-15
+                got["gamma_layers"], got_m["gamma"].sel(mode="s"), rtol=1e-12, atol=1e-15
             )
-            np.testing.assert_array_equal(got["rho_layers"], metrics["rho"].sel(mode="s"))
-            want_u = np.abs(prop.correlation(states[-1], u)).reshape(-1)
+            np.testing.assert_array_equal(got["rho_layers"], got_m["rho"].sel(mode="s"))
+            want_u = np.abs(metrics.correlation(states[-1], u)).reshape(-1)
             np.testing.assert_allclose(
                 got["gamma_u"].sel(variant="steered"), want_u, rtol=1e-12, atol=1e-15
             )
@@ -132,7 +132,7 @@ def test_steering_dataset_equals_every_steered_model_run_in_full(name, monkeypat
         np.testing.assert_array_equal(a.W_O, b.W_O)
 
 
-CAUSAL = [t for t in TINY_CONFIGS if family(t).causal_lm]
+CAUSAL = [t for t in TINY_CONFIGS if adapter_class(t).causal_lm]
 
 
 @pytest.mark.parametrize("model_type", CAUSAL)

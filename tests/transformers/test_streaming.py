@@ -13,6 +13,7 @@ largest unit exceeds the memory limit is refused naming the sizes.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,13 @@ import torch
 from tiny_models import CONFIGS
 
 from specalign.io import InputFileError
-from specalign.transformers import propagate as prop
+from specalign.transformers import hf, streaming
 from specalign.transformers import steer as st
-from specalign.transformers import streaming
 
 torch.set_num_threads(1)
 
-STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln"]
+STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln",
+                "falcon"]
 
 
 def _folder(tmp: Path, case: str, **save: Any) -> Path:
@@ -47,21 +48,21 @@ def tmp_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _ids(case: str, n_prompts: int = 2, n_tokens: int = 7) -> np.ndarray:
     vocab = int(CONFIGS[case]["vocab_size"]) if "vocab_size" in CONFIGS[case] else 96
-    return prop.random_prompts(vocab, n_prompts, n_tokens, seed=3)
+    return hf.random_prompts(vocab, n_prompts, n_tokens, seed=3)
 
 
 @pytest.mark.parametrize("case", STREAM_CASES)
 def test_streamed_states_equal_the_whole_model(tmp_models: Path, case: str) -> None:
     folder = _folder(tmp_models, case)
     ids = _ids(case)
-    whole = prop.real_forward_hidden_states(folder, ids, stream=False)
-    streamed = prop.real_forward_hidden_states(folder, ids)
+    whole = hf.real_forward_hidden_states(folder, ids, stream=False)
+    streamed = hf.real_forward_hidden_states(folder, ids)
     assert streamed.dtype == np.float32 and streamed.shape == whole.shape
     # the same modules on the same float32 weights: the same operations, the same bits
     np.testing.assert_array_equal(streamed, whole, err_msg=case)
     X0, e = st.model_inputs(folder, ids, 5)
     np.testing.assert_array_equal(X0, whole[0].astype(np.float64))
-    base = prop.load_base_model(folder)
+    base = hf.load_base_model(folder)
     E = base.get_input_embeddings().weight.detach().double().numpy()
     np.testing.assert_array_equal(e, E[5])
 
@@ -77,7 +78,7 @@ def test_one_unit_resident_at_a_time(tmp_models: Path) -> None:
 
     hooks = [model.get_submodule(u).register_forward_hook(count) for u in stream.units]
     try:
-        prop.model_hidden_states(model, _ids("llama"))
+        hf.model_hidden_states(model, _ids("llama"))
     finally:
         for h in hooks:
             h.remove()
@@ -94,7 +95,7 @@ def test_next_token_probabilities_streamed(tmp_models: Path) -> None:
     for case in ("llama", "phi3", "gpt2"):
         folder = _folder(tmp_models, case)
         ids = _ids(case)
-        lm = st.load_causal_lm(folder)
+        lm = hf.load_causal_lm(folder)
         module, transposed = st._out_projection(lm, -1)
         W = module.weight.detach().double().numpy()
         W = W.T if transposed else W
@@ -109,11 +110,96 @@ def test_next_token_probabilities_streamed(tmp_models: Path) -> None:
         for a, b in zip(s_after, after, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=0)
         np.testing.assert_allclose(s_after[0], s_before, rtol=1e-6)  # W_O as it is
-        # the variants replay the unchanged layers: only the last layer, the final norm
-        # and the head (and the cheap embeddings) are read again
-        units = len(slm.specalign_stream.units)
-        n_layers = int(lm.config.num_hidden_layers)
-        assert loads[0] == units + len(variants) * (units - (n_layers - 1)), case
+        # the unchanged model and the variants run in lockstep: every unit read once
+        assert loads[0] == len(slm.specalign_stream.units), case
+
+
+def _one_variant_at_a_time(slm: Any, ids: np.ndarray, variants: list[np.ndarray]) -> list:
+    """The streamed probabilities as they were computed before lockstep: the unchanged
+    model, then each variant on its own forward (the earlier layers replayed), the
+    variant's W_O in place of the checkpoint's when the last layer is read."""
+    stream = slm.specalign_stream
+    module, transposed = st._out_projection(slm, -1)
+    name = f"{st._out_projection_path(slm, -1)}.weight"
+    t_ids = torch.as_tensor(ids)
+    last_only = {"logits_to_keep": 1} if streaming.accepts_logits_to_keep(slm) else {}
+
+    def prob() -> np.ndarray:
+        with torch.no_grad():
+            logits = slm(input_ids=t_ids, attention_mask=torch.ones_like(t_ids),
+                         use_cache=False, **last_only).logits  # fmt: skip
+        return torch.softmax(logits[:, -1, :].to(torch.float64), dim=-1)[:, 3].numpy()
+
+    materialise = stream._materialise
+
+    def with_variant(path: str, W: Any = None) -> None:
+        materialise(path)
+        if W is not None and name in stream.units[path]:
+            owner = slm.get_submodule(name.rpartition(".")[0])
+            owner._parameters["weight"] = torch.nn.Parameter(W, requires_grad=False)
+
+    out = [prob()]
+    for W in variants:
+        W_t = torch.as_tensor(W.T if transposed else W, dtype=torch.float32)
+        stream._materialise = lambda path, W_t=W_t: with_variant(path, W_t)
+        try:
+            out.append(prob())
+        finally:
+            stream._materialise = materialise
+    return out
+
+
+@pytest.mark.parametrize("case", ["llama", "gpt2", "qwen2"])
+def test_streamed_steering_reads_each_tensor_once(tmp_models: Path, case: str) -> None:
+    """The unchanged model and the W_O variants in lockstep: every checkpoint tensor is
+    read once (counted at ``safe_open``), and the probabilities are bit for bit those of
+    the unchanged model and of each variant streamed on its own."""
+    from safetensors import safe_open
+
+    folder = _folder(tmp_models, case)
+    ids = _ids(case, n_prompts=3)
+    slm = streaming.streamed_model(folder, "causal_lm")
+    stream = slm.specalign_stream
+    module, transposed = st._out_projection(slm, -1)
+    W = stream.ckpt.tensor(stream.keys[f"{st._out_projection_path(slm, -1)}.weight"])
+    W = W.double().numpy()
+    W = W.T if transposed else W
+    rng = np.random.default_rng(0)
+    variants = [W + 0.1 * (i + 1) * rng.standard_normal(W.shape) for i in range(3)]
+    reads: Counter[str] = Counter()
+
+    class Counting:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.handle = safe_open(*args, **kwargs)
+
+        def __enter__(self) -> Any:
+            inner = self.handle.__enter__()
+
+            class Reader:
+                def get_tensor(self, key: str) -> Any:
+                    reads[key] += 1
+                    return inner.get_tensor(key)
+
+            return Reader()
+
+        def __exit__(self, *exc: Any) -> Any:
+            return self.handle.__exit__(*exc)
+
+    import safetensors
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(safetensors, "safe_open", Counting)
+        before, after = st.next_token_probs(slm, ids, 3, variants)
+    # a tied LM head is a unit of its own, reading the embedding's tensor: once per unit
+    assert reads == Counter(stream.keys.values()), case
+    assert stream.loads == len(stream.units)
+    assert all(p.device.type == "meta" for p in slm.parameters())  # freed at the end
+    want = _one_variant_at_a_time(slm, ids, variants)
+    np.testing.assert_array_equal(before, want[0])
+    for got, w in zip(after, want[1:], strict=True):
+        np.testing.assert_array_equal(got, w)
+    assert not np.allclose(after[0], before)  # the variants do change the output
+    streaming.close_stream(slm)
 
 
 def test_bf16_sharded_and_pickled_checkpoints(tmp_models: Path) -> None:
@@ -122,14 +208,14 @@ def test_bf16_sharded_and_pickled_checkpoints(tmp_models: Path) -> None:
     sharded = tmp_models / "mistral_bf16"
     model.save_pretrained(str(sharded), max_shard_size="20KB")
     assert (sharded / "model.safetensors.index.json").exists()
-    whole = prop.real_forward_hidden_states(sharded, ids, stream=False)
-    streamed = prop.real_forward_hidden_states(sharded, ids)
+    whole = hf.real_forward_hidden_states(sharded, ids, stream=False)
+    streamed = hf.real_forward_hidden_states(sharded, ids)
     scale = np.abs(whole).max(axis=(1, 2, 3), keepdims=True)
     assert (np.abs(streamed - whole) <= 1e-6 * scale).all()
     pickled = tiny_models.save_tiny_pickled("qwen2", tmp_models / "qwen2_bin", seed=0)
     ids = _ids("qwen2")
-    whole = prop.real_forward_hidden_states(pickled, ids, stream=False)
-    streamed = prop.real_forward_hidden_states(pickled, ids)
+    whole = hf.real_forward_hidden_states(pickled, ids, stream=False)
+    streamed = hf.real_forward_hidden_states(pickled, ids)
     scale = np.abs(whole).max(axis=(1, 2, 3), keepdims=True)
     assert (np.abs(streamed - whole) <= 1e-6 * scale).all()
 
@@ -233,7 +319,7 @@ def test_twin_saved_in_the_published_dtype(tmp_path: Path) -> None:
     assert {t.dtype for t in got.values()} == {torch.bfloat16}
     assert [p.name for p in folder.glob("*.safetensors")] == ["model.safetensors"]
     assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
-    states = prop.real_forward_hidden_states(folder, _ids("mistral"))
+    states = hf.real_forward_hidden_states(folder, _ids("mistral"))
     assert np.isfinite(states).all()
 
 
@@ -250,13 +336,13 @@ def test_streamed_passes_on_cuda_agree_with_cpu(tmp_models: Path, case: str) -> 
     round-off."""
     folder = _folder(tmp_models, case)
     ids = _ids(case)
-    cpu = prop.real_forward_hidden_states(folder, ids)
-    gpu = prop.real_forward_hidden_states(folder, ids, device="cuda")
+    cpu = hf.real_forward_hidden_states(folder, ids)
+    gpu = hf.real_forward_hidden_states(folder, ids, device="cuda")
     scale = np.abs(cpu).max(axis=(1, 2, 3), keepdims=True)
     assert (np.abs(gpu - cpu) <= 1e-5 * scale).all()
     X0, e = st.model_inputs(folder, ids, 5, device="cuda")
     np.testing.assert_allclose(X0, cpu[0], rtol=0, atol=1e-6 * float(scale[0]))
-    if tiny_models.family(CONFIGS[case]["model_type"]).causal_lm:
+    if tiny_models.adapter_class(CONFIGS[case]["model_type"]).causal_lm:
         W = np.zeros((X0.shape[-1], X0.shape[-1]))
         probs = []
         for device in ("cpu", "cuda"):

@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 
 from specalign.io import InputFileError, read_netcdf, write_netcdf
+from specalign.transformers import families
 from specalign.transformers.contracts import read_weights_h5, write_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
 from specalign.transformers.families import FAMILIES, UnknownFamilyError
@@ -38,7 +40,7 @@ from specalign.transformers.spectra import (
     spectra_dataset,
     spectrum,
 )
-from specalign.transformers.weights import ModelWeights
+from specalign.transformers.weights import SHARED, ModelWeights, shares_weights
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -256,6 +258,32 @@ def test_unknown_family_errors(tmp_path: Path) -> None:
     assert "specalign/transformers/families.py" in msg
 
 
+def test_defining_an_adapter_registers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subclass that sets ``model_type`` joins ``FAMILIES`` as it is defined; one that
+    only inherits it (a shared base) does not; a second class for a taken ``model_type``
+    is refused; ``FAMILIES`` cannot be written."""
+    monkeypatch.setattr(families, "_REGISTRY", dict(families._REGISTRY))
+    monkeypatch.setattr(families, "FAMILIES", MappingProxyType(families._REGISTRY))
+    before = set(families.FAMILIES)
+
+    class MambaAdapter(families.LlamaAdapter):
+        model_type = "mamba"
+
+    class Variant(MambaAdapter):  # inherits "mamba": no second family
+        pass
+
+    assert set(families.FAMILIES) == before | {"mamba"}
+    assert families.adapter_class("mamba") is MambaAdapter
+    with pytest.raises(TypeError, match="'llama'.*LlamaAdapter"):
+
+        class Again(families.FamilyAdapter):
+            model_type = "llama"
+
+    assert families.adapter_class("llama") is families.LlamaAdapter
+    with pytest.raises(TypeError):
+        families.FAMILIES["x"] = MambaAdapter  # type: ignore[index]
+
+
 def test_missing_weights_name_the_folder(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8,
                                                       "num_attention_heads": 2,
@@ -285,8 +313,9 @@ def test_weights_h5_round_trip(tiny: dict, tmp_path: Path, family: str) -> None:
         assert f["layer_block"].shape == (mw.n_layers,)
         np.testing.assert_array_equal(f["F"][0], mw.blocks[0].F)
         assert set(f["blocks/0"]) == set(BLOCK_FIELDS)
-        for attr in ("source", "revision", "family", "d_model", "n_heads", "n_layers", "shared"):
+        for attr in ("source", "revision", "family", "d_model", "n_heads", "n_layers", SHARED):
             assert attr in f.attrs
+        assert shares_weights(f.attrs) == mw.shared
 
 
 def test_truncated_weights_h5_raises_naming_the_file(tiny: dict, tmp_path: Path) -> None:

@@ -58,3 +58,34 @@ def test_every_commutator_figure_has_its_branch_of_the_shared_template(repo: Pat
     text = (repo / "report" / "commutators" / "figure.rst").read_text()
     branches = re.findall(r"""snakemake\.wildcards\.figure == ["'](\w+)["']""", text)
     assert sorted(branches) == sorted(FIGURES)
+
+
+def _figure_templates(block: str) -> list[str]:
+    """The report/-relative caption templates of a rule's ``figures=reported(...)``
+    output (its first caption after the keyword), the per-stem ones expanded."""
+    start = block.index("figures=reported(")
+    literal = LITERAL.search(block, start)
+    pattern = PATTERN.search(block, start)
+    first = min((m for m in (literal, pattern) if m), key=lambda m: m.start())
+    if first is literal:
+        return [first.group(1)]
+    tpl = first.group(1).replace("{stem}", "{}")
+    return [tpl.format(stem) for stem in PER_STEM[tpl]]
+
+
+def test_every_figure_caption_includes_the_caption_its_job_wrote(repo: Path) -> None:
+    """A figure job computes its caption from the data (numbers, the null level) and
+    writes it beside the figure (``<stem>.caption.rst``); the report's template includes
+    it, or those numbers reach only the job's log. Every rule that reports figures
+    (``figures=reported(...)``) declares that file an output and its templates read it."""
+    blocks = re.split(r"^rule ", _rule_texts(repo), flags=re.M)[1:]
+    figure_rules = {b.split(":")[0]: b for b in blocks if "figures=reported(" in b}
+    assert {"transformer_model_figures", "transformer_overview", "commutator_figure",
+            "series_training"} <= set(figure_rules)  # fmt: skip
+    for name, block in figure_rules.items():
+        assert "CAPTION_SUFFIX" in block, f"rule {name} writes no caption beside its figures"
+        for tpl in _figure_templates(block):
+            text = (repo / "report" / tpl).read_text()
+            assert '~ ".caption.rst"' in text and ".read_text()" in text, (
+                f"report/{tpl} (rule {name}) does not include the caption its job wrote"
+            )

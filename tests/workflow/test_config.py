@@ -59,6 +59,25 @@ def test_every_schema_key_has_description_and_default():
             assert "default" in sub, f"{key} has no default"
 
 
+def test_schema_model_keys_are_the_sources_keys():
+    """config/schema.yaml (static YAML, read without the package) says what
+    ``transformers.sources.SOURCES`` says: the same sources, and each model key described
+    as "(kind) ..." is a key of that source, and of no other."""
+    from specalign.transformers.sources import SOURCES, SPEC_KINDS
+
+    model = load_schema()["$defs"]["model"]
+    assert model["properties"]["source"]["enum"] == list(SOURCES)
+    described = {
+        key: sub["description"].strip()[1:].split(")")[0]
+        for key, sub in model["properties"].items()
+        if sub["description"].strip().startswith("(")
+    }
+    read = {f: kind for kind, source in SOURCES.items() for f in source.fields}
+    assert described == read
+    assert sum(f in source.fields for source in SOURCES.values() for f in read) == len(read)
+    assert SPEC_KINDS == ("hub", "local", "package")
+
+
 def test_defaults_filled(base):
     cfg = validate_config(base)
     assert cfg["commutators"]["diagnostics"]["gap_threshold"] == 1e-3
@@ -122,7 +141,15 @@ BAD = [
     ),
     (
         lambda c: c["transformers"]["models"]["minilm"].update(config_file="c.json"),
-        "transformers.models.minilm: config/config_file only apply to source 'random'",
+        "transformers.models.minilm: config_file only applies to source 'random'",
+    ),
+    (
+        lambda c: c["transformers"]["models"]["minilm"].update(config_file="c.json", seed=3),
+        "transformers.models.minilm: config_file/seed only apply to source 'random'",
+    ),
+    (
+        lambda c: c["transformers"]["models"]["minilm_random"].update(revision="v1"),
+        "transformers.models.minilm_random: revision only applies to source 'hub'",
     ),
 ]
 

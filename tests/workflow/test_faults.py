@@ -97,7 +97,7 @@ FAULT_ORDER = [
     "fuzz_snakemake_invalid",
     "fuzz_valid",
     "fuzz_valid_runs",
-    # the held-out pass of issue 10 (test_faults_heldout.py)
+    # the held-out pass of issue 10 (test_faults_silent_or_late.py)
     "twin",
     "cache_checksum",
     "orphan",
@@ -202,14 +202,14 @@ _MD_HEAD = """\
 
 What the fault-injection tests (`tests/workflow/test_faults.py`,
 `tests/workflow/test_fuzz.py`, the held-out pass in
-`tests/workflow/test_faults_heldout.py` and the pass on stale inputs and checkpoints in
+`tests/workflow/test_faults_silent_or_late.py` and the pass on stale inputs and checkpoints in
 `tests/workflow/test_faults_stale.py`, with the comparison tool `specalign.compare`
 tested in `tests/workflow/test_compare.py`) do to the workflow, and what happened. Every
 row is a test that passes; the counts are those of the last regeneration of this file:
 
 ```bash
 SPECALIGN_FAULTS_MD=docs/faults.md pytest -q tests/workflow/test_faults.py \
-    tests/workflow/test_fuzz.py tests/workflow/test_faults_heldout.py \
+    tests/workflow/test_fuzz.py tests/workflow/test_faults_silent_or_late.py \
     tests/workflow/test_faults_stale.py
 ```
 
@@ -604,7 +604,7 @@ def test_corrupt_trajectories_fail_the_consumer(repo, reference, tmp_path, fault
     named = 0
     for exp in damage:
         rel = f"results/commutators/{exp}/trajectories.h5"
-        log = (work / "logs" / "commutators" / exp / "commutators.log").read_text()
+        log = (work / "logs" / "commutators" / exp / "diagnostics.log").read_text()
         assert rel in log and "InputFileError" in log, log[-2000:]
         assert rel in out  # the failed job's one console line names it
         named += 1
@@ -618,7 +618,7 @@ def test_corrupt_trajectories_fail_the_consumer(repo, reference, tmp_path, fault
         "corrupt_h5",
         "trajectories.h5 of a finished run truncated to half (one experiment) or its "
         "first 64 bytes zeroed (the other), mtime kept, diagnostics.nc deleted",
-        "rule `commutators` failed for both with an InputFileError naming the file; "
+        "rule `diagnostics` failed for both with an InputFileError naming the file; "
         "producer not rerun; tables not rebuilt",
         files_damaged=len(damage),
         jobs_failed_naming_file=named,
@@ -640,7 +640,7 @@ def test_corrupt_diagnostics_fail_the_tables(repo, reference, tmp_path, faults):
     log = (work / "logs" / "commutators" / "tables.log").read_text()
     assert rel in log and "InputFileError" in log, log[-2000:]
     assert rel in out
-    assert "rule commutators:" not in out  # the producer was not rerun
+    assert "rule diagnostics:" not in out  # the producer was not rerun
     after = _mtimes(tables)
     rebuilt = [p for p in after if after[p] != before.get(p)]
     assert rebuilt == [], rebuilt  # removed by Snakemake as outputs of a failed job, or kept
@@ -687,7 +687,7 @@ def test_bitflip_in_dataset_is_caught_by_checksum(reference, tmp_path, faults):
 
 
 def test_diverged_seeds_recorded_and_excluded(reference, faults):
-    from specalign.commutators import tables
+    from specalign.commutators.runs import seed_values
     from specalign.commutators.train import DIVERGENCE_FACTOR
 
     exp = "blowup"
@@ -731,7 +731,7 @@ def test_diverged_seeds_recorded_and_excluded(reference, faults):
     g0 = ds["G_D"].sel(checkpoint="t=0", layer=0).values
     assert np.isfinite(g0[diverged]).all()
     # ... and still never enter a summary:
-    sv = tables.seed_values(ds, "G_D", "t=0", 0)
+    sv = seed_values(ds, "G_D", "t=0", 0)
     assert sv.n_diverged == n_div and set(sv.seeds) == set(ds.seed.values[~diverged])
 
     # The tables: the run is paper Table 6's c = 1 network; each row counts the

@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 from test_faults import fault_log, new_workdir
-from test_faults_heldout import snakemake, tiny_bert, transformer_config
+from test_faults_silent_or_late import snakemake, tiny_bert, transformer_config
 from tiny_models import save_tiny
 
 from specalign.config import ConfigError, validate_config

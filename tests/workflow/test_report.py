@@ -72,6 +72,8 @@ def test_tables_and_reproduction_are_pages_not_downloads(report):
     work, page = report
     results = _results(page)
     assert results, "no results found in the report"
+    # every output the report shows has its caption (the rules' report() flags)
+    assert [p for p, entry in results.items() if not entry.get("caption", "").strip()] == []
     assert not [p for p in results if p.endswith((".csv", ".md"))]
     repro = results["results/reproduction.html"]
     assert repro["mime_type"] == "text/html"

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.pipeline
 COPIED = ("Snakefile", "rules", "scripts", "src", "config", "report", "envs", "profiles")
 
 COMMUTATOR_SUMMARIES = {"commutator_tables", "commutator_figure", "reproduction"}
-DIAGNOSE = {"commutators"} | COMMUTATOR_SUMMARIES
+DIAGNOSE = {"diagnostics"} | COMMUTATOR_SUMMARIES
 TRAIN = {"train_ensemble"} | DIAGNOSE
 TRANSFORMER_FIGURES = {"transformer_model_figures", "transformer_overview"}
 TRANSFORMER_SUMMARIES = TRANSFORMER_FIGURES | {
@@ -92,6 +92,10 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         ("commutators/data/synthetic.py", {"prepare_data"} | TRAIN),
         # the commutator figures: those only, no transformer job
         ("commutators/figures.py", {"commutator_figure"}),
+        # run selection and seed statistics: every commutator table and figure
+        ("commutators/runs.py", COMMUTATOR_SUMMARIES),
+        # the materiality rule: the tables and the report, not the figures
+        ("commutators/claims.py", {"commutator_tables", "reproduction"}),
         # the shared figure and table writers: every table and figure of both studies
         # (save_figure used to live in the commutator figures, whose edit missed the
         # transformer figures)
@@ -101,6 +105,8 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         ("transformers/steer.py",
          {"steer"} | TRANSFORMER_SUMMARIES - {"transformer_overview", "transformer_layers"}),
         ("transformers/tables.py", TRANSFORMER_SUMMARIES),
+        # the claims' verdict rules: the report and the per-layer verdicts, no table or figure
+        ("transformers/claims.py", {"transformer_layers", "reproduction"}),
         # the family adapters: the random models (built as causal LMs or not by family),
         # fetch_model (it checks a fetched model's positions through its adapter,
         # limits.model_problems), extraction and everything computed from weights.h5
@@ -166,5 +172,5 @@ def test_one_experiment_setting_reruns_that_experiment(copied, finished_run):
     # the diagnostic sample is data: prepare, train (its input changed), diagnose the one
     # experiment, then the summaries that read it; no transformer job
     assert jobs.get("prepare_data") == 1 and jobs.get("train_ensemble") == 1
-    assert jobs.get("commutators") == 1
+    assert jobs.get("diagnostics") == 1
     assert set(jobs) == {"prepare_data"} | TRAIN

@@ -1,10 +1,11 @@
 """Figures 1-5 of Nyström (arXiv:2608.22910), Section 10, from ``diagnostics.nc`` runs.
 
 Every function takes ``experiments: dict[str, xr.Dataset]`` (loaded diagnostics),
-finds its runs by attributes through :mod:`specalign.commutators.tables` (never by name), and
+finds its runs by attributes through :mod:`specalign.commutators.runs` (never by name), and
 returns ``(Figure, caption)``, or ``None`` when none of the runs it needs is present.
-Seed summaries follow the tables' active-seed convention: diverged seeds, seeds that
-did not reach the checkpoint and undefined (NaN) entries are left out, never read as 0.
+Seed summaries follow the active-seed convention of that module, as the tables do:
+diverged seeds, seeds that did not reach the checkpoint and undefined (NaN) entries are
+left out, never read as 0.
 Intervals are seaborn's percentile bootstrap of the seed mean (95 %), seeded so that
 a rerun redraws the same figure.
 
@@ -15,7 +16,7 @@ imbalance uncorrelated) and chi = 1 (no net cancellation among the four sources)
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,10 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from specalign.commutators import paper as P
-from specalign.commutators.tables import benchmark_runs, seed_frame, synthetic_run
+from specalign.commutators.runs import Experiments, benchmark_runs, seed_frame, synthetic_run
 from specalign.output import placeholder_figure
-
-Experiments = Mapping[str, xr.Dataset]
 
 DEFECTS: tuple[str, ...] = ("G_D", "G_Q", "G_S")
 _DEFECT_TITLES = {

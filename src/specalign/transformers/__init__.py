@@ -20,8 +20,12 @@ column vectors, y = W x + b, every W stored as (out, in) in float64. For a model
 Modules (import them directly; this package imports nothing on purpose). Kernels:
 ``families`` (one adapter per model family, its traps named), ``weights`` (the in-memory
 form), ``extract`` (checkpoint -> weights, streamed), ``sources`` (hub, local, package
-and random models), ``spectra``, ``propagate`` (the simplified and the real model, the
-alignment metrics), ``steer``, ``sphere`` (the supplement's dynamics on the sphere).
+and random models), ``spectra``, ``directions`` (each layer's principal directions),
+``propagate`` (the simplified model and the propagate rule's states), ``metrics`` (the
+alignment metrics), ``linalg`` (the small kernels those two share), ``steer``, ``sphere``
+(the supplement's dynamics on the sphere). Hugging Face access: ``hf`` (tokenizers,
+prompts, the model loaded or streamed and its hidden states), on ``streaming`` (the
+model run from its checkpoint one unit at a time).
 
 The same roles as in :mod:`specalign.commutators`: ``contracts`` (``weights.h5`` and the
 manifests, read and written; the modes of ``propagation.nc``), ``paper`` (the paper's

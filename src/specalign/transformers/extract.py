@@ -29,7 +29,6 @@ from specalign.runtime import release_freed_memory
 from specalign.transformers import checkpoint
 from specalign.transformers.contracts import (
     BIAS_KEYS,
-    block_factored,
     write_block,
     write_weights_attrs,
 )
@@ -386,11 +385,15 @@ def extract_to_h5(
     config, adapter = _adapter(model_dir)
     d = adapter.d_model
     n_heads, kv = adapter.n_heads, int(adapter.n_kv_heads or adapter.n_heads)
+    # r < d: no F is stored and K, V are stored at the key/value heads, so they are read
+    # so (block_factored of a block read with them expanded)
+    factored = kv * adapter.d_head < d
+    adapter.kv_expanded = not factored
     has_bias: list[dict[str, bool]] = []
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
 
         def on_block(b: int, blk: BlockWeights) -> None:
-            if not block_factored(blk, n_heads, kv):
+            if not factored:
                 if "F" not in f:
                     f.create_dataset(
                         "F", shape=(adapter.n_blocks, d, d), dtype=np.float64, chunks=(1, d, d),
@@ -398,7 +401,7 @@ def extract_to_h5(
                     )  # fmt: skip
                 f["F"][b] = blk.F
             try:
-                write_block(f, b, blk, n_heads, kv)
+                write_block(f, b, blk, n_heads, kv, kv_grouped=factored)
             except ValueError as exc:
                 raise InputFileError(f"{model_dir}: block {b}: {exc}") from exc
             has_bias.append({k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS})

@@ -72,6 +72,12 @@ gpt_neox      ``layers.{i}.attention.``                  Fused Q/K/V INTERLEAVED
                                                          first ``rotary_pct`` of each head only.
                                                          Parallel residual x + attn(ln1 x) +
                                                          mlp(ln2 x). Pre-LN.
+falcon        ``h.{i}.self_attention.``                  Fused Q/K/V in three layouts: GROUPED per
+              ``query_key_value``, ``.dense``,           KV head (new_decoder_architecture; KV =
+              ``h.{i}.ln_attn`` or ``input_layernorm``   ``num_kv_heads``), CONTIGUOUS [Q|K|V]
+                                                         with one KV head (multi_query), else per
+                                                         head as NeoX. Parallel attention + MLP.
+                                                         ALiBi refused. Last state after ``ln_f``.
 gptj          ``h.{i}.attn.{q,k,v,out}_proj``,           No biases. Rotary INTERLEAVED (pairs 2k,
               ``h.{i}.ln_1``                             2k+1) on the first ``rotary_dim`` dims,
                                                          theta 10000 hard-coded. Parallel residual
@@ -120,11 +126,13 @@ phi3          ``layers.{i}.self_attn.qkv_proj``          Fused Q/K/V CONTIGUOUS 
                                                          Window on every layer (mini-4k 2047).
 ============  =========================================  ==========================================
 
-Adding a family is one small subclass of ``FamilyAdapter`` registered in ``FAMILIES``
-under its config.json ``model_type``. Everything the rest of the package needs to know
-about a family is a class attribute or method of its adapter (causal or not, shared
-weights, norm kind, residual layout, rotary, where the attention output projection
-lives, the attention scale, cap and pattern), so no other module tests a family's name.
+Adding a family is one small subclass of ``FamilyAdapter`` whose class body sets its
+config.json ``model_type``: defining it registers it in ``FAMILIES`` (read-only, filled by
+``FamilyAdapter.__init_subclass__``), and ``adapter_class(model_type)`` returns it.
+Everything the rest of the package needs to know about a family is a class attribute or
+method of its adapter (causal or not, shared weights, norm kind, residual layout, rotary,
+where the attention output projection lives, the attention scale, cap and pattern), so
+no other module tests a family's name.
 """
 
 from __future__ import annotations
@@ -134,6 +142,7 @@ import math
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -145,6 +154,13 @@ Linear = tuple[np.ndarray, "np.ndarray | None"]
 
 class UnknownFamilyError(ValueError):
     """The checkpoint's ``model_type`` has no adapter."""
+
+
+#: model_type -> adapter class, written only by ``FamilyAdapter.__init_subclass__``.
+_REGISTRY: dict[str, type[FamilyAdapter]] = {}
+#: model_type -> adapter class, read-only, in definition order: each adapter class joins
+#: it as it is defined, so there is no list of adapters to keep beside them.
+FAMILIES: Mapping[str, type[FamilyAdapter]] = MappingProxyType(_REGISTRY)
 
 
 class TensorReader(Protocol):
@@ -217,6 +233,11 @@ class FamilyAdapter(ABC):
     prefixes: ClassVar[tuple[str, ...]]
     #: One block serves every layer (ALBERT): the paper's shared-weight case.
     shared_weights: ClassVar[bool] = False
+    #: ``read_block`` expands K and V (and their biases) to the query heads, the package
+    #: convention; ``extract_to_h5`` sets it False on its adapter for a factored model,
+    #: whose weights.h5 stores them at the key/value heads (expanding them only to group
+    #: them back cost a third of that job's time at Mistral-7B's width, issue 14).
+    kv_expanded: bool = True
     #: ``AutoModelForCausalLM`` gives next-token probabilities (used by steering).
     causal_lm: ClassVar[bool] = False
     #: Attribute of the base ``AutoModel`` holding the final norm, for families whose
@@ -241,6 +262,21 @@ class FamilyAdapter(ABC):
     #: "sequential" (x + attn(norm x), then the FFN) or "parallel" (attention and FFN
     #: both read x); the simplified update is the attention part either way.
     residual: str = "sequential"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register the adapter under the ``model_type`` its class body sets: defining
+        the class is adding the family (a subclass that inherits ``model_type`` without
+        setting its own, a shared base, registers nothing)."""
+        super().__init_subclass__(**kwargs)
+        model_type = cls.__dict__.get("model_type")
+        if model_type is None:
+            return
+        if model_type in _REGISTRY:
+            raise TypeError(
+                f"model_type {model_type!r} of {cls.__qualname__} is already the family of "
+                f"{_REGISTRY[model_type].__qualname__}"
+            )
+        _REGISTRY[model_type] = cls
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         #: transformers' configuration object: every fact below is read from it
@@ -343,9 +379,9 @@ class FamilyAdapter(ABC):
         **optional: np.ndarray,
     ) -> BlockWeights:
         """Assemble and shape-check a block; K and V (and their biases) are expanded from
-        ``n_kv_heads`` to ``n_heads`` heads; absent biases become zeros with has_bias
-        False. ``optional``: ``q_norm``, ``k_norm`` (d_head,) and ``post_norm`` (d_model,)
-        effective gains."""
+        ``n_kv_heads`` to ``n_heads`` heads (unless ``kv_expanded`` is False); absent
+        biases become zeros with has_bias False. ``optional``: ``q_norm``, ``k_norm``
+        (d_head,) and ``post_norm`` (d_model,) effective gains."""
         inner, kv, d = self.n_heads * self.d_head, self.n_kv_heads * self.d_head, self.d_model
         expect = {"Q": (inner, d), "K": (kv, d), "V": (kv, d), "O": (d, inner)}
         parts = {"Q": q, "K": k, "V": v, "O": o}
@@ -366,14 +402,16 @@ class FamilyAdapter(ABC):
             if arr.shape != (sizes[name],):
                 raise ValueError(f"{where}: {name} has shape {arr.shape}, not {(sizes[name],)}")
 
+        expand = self.kv_expanded
+
         def weight(key: str) -> np.ndarray:
             w = parts[key][0]
-            return expand_kv(w, self.n_heads, self.n_kv_heads) if key in "KV" else w
+            return expand_kv(w, self.n_heads, self.n_kv_heads) if expand and key in "KV" else w
 
         def bias(key: str) -> np.ndarray:
             b = parts[key][1]
             b = np.zeros(expect[key][0]) if b is None else b
-            return expand_kv(b, self.n_heads, self.n_kv_heads) if key in "KV" else b
+            return expand_kv(b, self.n_heads, self.n_kv_heads) if expand and key in "KV" else b
 
         return BlockWeights(
             **{f"W_{key}": weight(key) for key in parts},
@@ -920,6 +958,108 @@ class GPTNeoXAdapter(FamilyAdapter):
         )
 
 
+class FalconAdapter(FamilyAdapter):
+    """Falcon: pre-LN, causal, rotary, one fused Q/K/V in one of three layouts, attention
+    and MLP in parallel.
+
+    Traps: (1) ``self_attention.query_key_value`` packs Q, K and V three ways. With
+    ``new_decoder_architecture`` (40B, 180B) GROUPED PER KEY/VALUE HEAD: its rows reshape
+    to (KV, H/KV + 2, d_head), group g holding its H/KV query heads, then its key, then
+    its value (so query head h reads key/value head h // (H/KV), as ``repeat_kv``); with
+    ``multi_query`` (7B) CONTIGUOUS [Q (H d_head) | K (d_head) | V (d_head)], one
+    key/value head for all; else INTERLEAVED PER HEAD (H, 3, d_head) as GPT-NeoX. Each
+    other reading gives another F. (2) The key/value head count is ``num_kv_heads`` (not
+    ``num_key_value_heads``) with the new architecture, 1 with ``multi_query``, H
+    otherwise. (3) Attention and MLP read the same x (``parallel_attn``, and always with
+    the new architecture): x + attn(ln x) + mlp(ln' x), where with two norms
+    (``num_ln_in_parallel_attn`` 2, the new architecture's default) the attention's is
+    ``ln_attn`` and the MLP's ``ln_mlp``, with one both are ``input_layernorm``.
+    (4) ``alibi`` (the falcon-rw checkpoints) adds a per-head linear bias to the scores,
+    which the package does not model: refused. (5) The base model collects its hidden
+    states in a loop of its own, the last one after ``ln_f``. (6) ``bias`` switches
+    every linear bias on or off together.
+    """
+
+    model_type = "falcon"
+    ln_position = "pre"
+    causal = True
+    causal_lm = True
+    rotary_style = "half"
+    final_norm_in_loop = "ln_f"
+    out_projection = "transformer.h.{layer}.self_attention.dense"
+    probe = "h.0.self_attention.query_key_value.weight"
+    prefixes = ("transformer.", "")
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        if getattr(self.hf, "alibi", False):
+            raise ValueError(
+                "falcon with alibi=True (the falcon-rw checkpoints): ALiBi's linear bias on "
+                "the attention scores is not supported"
+            )
+        self.new_architecture = bool(getattr(self.hf, "new_decoder_architecture", False))
+        self.multi_query = bool(getattr(self.hf, "multi_query", True))
+        if self.new_architecture:
+            self.n_kv_heads = int(_attr(self.hf, "num_kv_heads"))
+        else:  # the model ignores num_kv_heads here (its qkv rows say so)
+            self.n_kv_heads = 1 if self.multi_query else self.n_heads
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"falcon: {self.n_heads} query heads are not a multiple of {self.n_kv_heads} "
+                "key/value heads"
+            )
+
+    @property
+    def residual(self) -> str:  # type: ignore[override]
+        parallel = self.new_architecture or getattr(self.hf, "parallel_attn", True)
+        return "parallel" if parallel else "sequential"
+
+    def _attention_norm(self) -> str:
+        """The norm the attention reads: ``ln_attn`` where the new architecture has two
+        (``num_ln_in_parallel_attn`` absent counts as 2 there, as in the model)."""
+        n_norms = getattr(self.hf, "num_ln_in_parallel_attn", None) or 2
+        return "ln_attn" if self.new_architecture and n_norms == 2 else "input_layernorm"
+
+    def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return _rotary_from_transformers(self.hf, ["full_attention"] * self.n_layers)
+
+    def _qkv_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row indices of Q (H d_head), K and V (KV d_head each) in ``query_key_value``,
+        head by head in the model's order."""
+        H, KV, dh = self.n_heads, self.n_kv_heads, self.d_head
+        rows = np.arange((H + 2 * KV) * dh)
+        if self.new_architecture:
+            grouped = rows.reshape(KV, H // KV + 2, dh)  # group: its queries, its K, its V
+            q, k, v = grouped[:, :-2], grouped[:, -2], grouped[:, -1]
+            return q.reshape(-1), k.reshape(-1), v.reshape(-1)
+        if self.multi_query:
+            return rows[: H * dh], rows[H * dh : (H + 1) * dh], rows[(H + 1) * dh :]
+        per_head = rows.reshape(H, 3, dh)
+        return tuple(per_head[:, s].reshape(-1) for s in range(3))  # type: ignore[return-value]
+
+    def read_block(self, block: int, reader: TensorReader) -> BlockWeights:
+        p = f"h.{block}.self_attention"
+        w, b = self._linear(reader, f"{p}.query_key_value")
+        q_rows, k_rows, v_rows = self._qkv_rows()
+        n_rows = len(q_rows) + len(k_rows) + len(v_rows)
+        if w.shape != (n_rows, self.d_model):
+            raise ValueError(
+                f"falcon layer {block}: query_key_value {w.shape}, not {(n_rows, self.d_model)}"
+            )
+        q, k, v = (
+            (w[rows].copy(), None if b is None else b[rows].copy())
+            for rows in (q_rows, k_rows, v_rows)
+        )
+        return self._block(
+            q,
+            k,
+            v,
+            self._linear(reader, f"{p}.dense"),
+            self._norm(reader, f"h.{block}.{self._attention_norm()}"),
+            where=f"falcon layer {block}",
+        )
+
+
 class GPTJAdapter(FamilyAdapter):
     """GPT-J: pre-LN, causal, interleaved partial rotary, parallel residual.
 
@@ -1006,31 +1146,7 @@ class OPTAdapter(FamilyAdapter):
         }
 
 
-FAMILIES: dict[str, type[FamilyAdapter]] = {
-    cls.model_type: cls
-    for cls in (
-        BertAdapter,
-        RobertaAdapter,
-        DistilBertAdapter,
-        AlbertAdapter,
-        GPT2Adapter,
-        GPTNeoAdapter,
-        GPTNeoXAdapter,
-        GPTJAdapter,
-        OPTAdapter,
-        LlamaAdapter,
-        MistralAdapter,
-        Qwen2Adapter,
-        Qwen3Adapter,
-        GemmaAdapter,
-        Gemma2Adapter,
-        Gemma3TextAdapter,
-        Phi3Adapter,
-    )
-}
-
-
-def family(model_type: Any) -> type[FamilyAdapter]:
+def adapter_class(model_type: Any) -> type[FamilyAdapter]:
     """The adapter class of ``model_type``; an unknown one raises naming the supported
     families and the one class to add."""
     if model_type not in FAMILIES:
@@ -1038,11 +1154,11 @@ def family(model_type: Any) -> type[FamilyAdapter]:
             f"unsupported model_type {model_type!r} in config.json; supported: "
             f"{', '.join(sorted(FAMILIES))}; fix: use a model of a supported family, or add "
             f"one FamilyAdapter subclass with model_type = {model_type!r} to "
-            "specalign/transformers/families.py and list it in FAMILIES"
+            "specalign/transformers/families.py (defining it registers it)"
         )
     return FAMILIES[model_type]
 
 
 def adapter_for(config: Mapping[str, Any]) -> FamilyAdapter:
     """The adapter for a parsed config.json; unknown ``model_type`` raises with the list."""
-    return family(config.get("model_type"))(config)
+    return adapter_class(config.get("model_type"))(config)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specalign.transformers.families import UnknownFamilyError, family
+from specalign.transformers.families import UnknownFamilyError, adapter_class
 
 
 def tokenizer_uses(tcfg: Mapping[str, Any]) -> list[str]:
@@ -89,7 +89,7 @@ def model_problems(
     if model_dir is not None:
         problems += tokenizer_problems(tcfg, name, Path(model_dir))
     try:
-        adapter = family(config.get("model_type"))(config)
+        adapter = adapter_class(config.get("model_type"))(config)
     except UnknownFamilyError as exc:
         return [f"transformers.models.{name}: {exc}"]
     except ValueError as exc:  # an inconsistent config.json: extraction names the file

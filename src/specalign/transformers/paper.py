@@ -5,7 +5,7 @@ The paper states few numbers; its results are claims read off figures. Each
 from) in the words our reproduction report quotes, so that the report and the figure
 captions never paraphrase the paper twice. Nothing here is computed; our readings of
 the paper (thresholds, directions when lambda_1 is complex) live beside the code that
-applies them, in :mod:`specalign.transformers.tables`.
+applies them, in :mod:`specalign.transformers.claims`.
 """
 
 from __future__ import annotations

@@ -22,22 +22,25 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   W_O' at n_kv_heads written (3 d r), and F (d^2) only where the block is not factored
   (r = n_kv_heads d_head >= d);
 * ``spectra``: reads ``weights.h5`` a block at a time and decomposes up to ``threads``
-  blocks at once (:func:`specalign.transformers.spectra.map_blocks`), each holding its
-  float64 weights (4 d H d_head, K and V expanded, and W_O's transposed copy for the
-  per-head products), the factors W_O', W_V' and the key/value rows read (4 d r), F
-  (d^2) only for a dense block, and LAPACK's work arrays for one n x n
-  eigen-decomposition (about 8 n^2 x 8; n = r for a factored block, d otherwise); the
+  blocks at once (:func:`specalign.transformers.spectra.map_blocks`). A dense block
+  holds its float64 weights (4 d H d_head, K and V expanded, and W_O's transposed copy
+  for the per-head products), F (d^2) and LAPACK's work arrays for the d x d
+  eigen-decomposition (about 8 d^2 x 8); a factored one (r < d) reads only W_V', W_O
+  and W_O' (d H d_head + 3 d r) and decomposes the r x r product (8 r^2 x 8); the
   per-block results (the directions and listed eigenvalues) of every block;
 * ``propagate``: the streamed unit with the float32 hidden states of every layer (twice
   while transformers' tuple is copied out), then two blocks' float64 weights (read from
   ``weights.h5`` a block at a time: the one in use and the next) and the current block's
-  F or factors, with those states and the states of every simplified run (T + 1 states
-  of P N tokens, two attention readings, and the metrics' normalised copies);
+  F or factors, with those states and the two simplified runs (T + 1 states of P N
+  tokens each, real and uniform attention); then the metrics, with one mode's unit rows
+  (a run), one more run of temporaries (as measured) and the real states in float64,
+  their other temporaries a layer's;
 * ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
   a block at a time, as propagate) with one run of states and every variant's W_O',
   Delta W_O and F'; the streamed causal LM with the
-  variants' W_O (float64 and their float32 copy), the replayed layer output and the
-  last position's logits.
+  variants' W_O (float64, and the float32 copy of the one in use), the replayed layer
+  output and, since the unchanged model and the variants advance through the units
+  together (each unit read once), the hidden states and last position's logits of each.
 
 A unit's size comes from config.json (:func:`unit_parameters`): a layer's grouped-query
 attention (Q and O at n_heads d_head, K and V at n_kv_heads d_head), its feed-forward
@@ -156,7 +159,8 @@ def safetensors_parameters(model_dir: str | Path) -> int | None:
 
 def _ffn_width(config: Mapping[str, Any], d: int) -> int:
     return next(
-        (int(config[k]) for k in ("intermediate_size", "n_inner", "ffn_dim", "hidden_dim")
+        (int(config[k])
+         for k in ("intermediate_size", "n_inner", "ffn_dim", "hidden_dim", "ffn_hidden_size")
          if config.get(k)),
         4 * d,
     )  # fmt: skip
@@ -273,18 +277,31 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
     eig64 = 8.0 * (d * inner + 2 * d * r + 8 * n * n)
     # per block kept to the end: 13 d-vectors (v1, v2, directions, bases), n eigenvalues
     results = B * 8.0 * (13 * d + 2 * n) * 2  # and their stacked copy in the dataset
+    # a factored block's spectra read only W_V' and W_O (and W_O' to check it), not the
+    # block: W_O (d H d_head), W_V', W_O' read and W_O' summed (3 d r), the r x r product,
+    # its complex eigenvectors and LAPACK's work arrays (8 n^2 x 8)
+    spectra_block = (
+        8.0 * (d * inner + 3 * d * r + 8 * n * n) if s.factored else block64 + eig64
+    )
     phases = {
         "random_model": {"streamed twin": unit},
         "extract_weights": {"block": block64 + 2 * 4.0 * d * inner},
-        "spectra": {"blocks": min(max(int(threads), 1), B) * (block64 + eig64) + results},
+        "spectra": {"blocks": min(max(int(threads), 1), B) * spectra_block + results},
         # transformers' tuple of states and their copy, then the real model's states
         # stay while the simplified runs and their metrics run
         # the simplified runs read weights.h5 a block at a time (the block in use and
-        # the next one while it is read), with the current block's F or factors
+        # the next one while it is read), with the current block's F or factors; the
+        # metrics hold both runs, one mode's unit rows (a run) and the real model's
+        # states in float64, their other temporaries one layer's
+        # (propagate._mode_metrics)
         "propagate": {
             "streamed real model": unit + 2 * states32,
             "simplified runs": 2 * block64 + 8.0 * (2 * d * r if s.factored else d * d)
-            + states32 + 2 * run * 3,
+            + states32 + 2 * run,
+            # and one run more: 7.56 GiB measured for Mistral-7B's shape with 8 layers
+            # (bench/README.md) while the norms took a run-sized squared temporary; that
+            # is now a layer's, but the smaller peak is not measured yet
+            "metrics": states32 + 2 * run + 2 * run + 2 * states32,
         },
         "steer": {
             "streamed embeddings": unit,
@@ -294,12 +311,14 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             + 3 * (L + 1) * w.tokens * d * 8.0
             + w.variants * 3 * d * d * 8.0,
             # the variants' W_O (float64, one float32 copy at a time), the replayed
-            # layer output with one layer's activations, the last position's logits
+            # layer output with one layer's activations; the unchanged pass and the
+            # variants advance together (a unit read once for all): each one's states
+            # and last position's logits at once
             "streamed causal LM": unit
             + w.variants * d * inner * 8.0
             + d * inner * 4.0
-            + 2 * w.tokens * d * 4.0
-            + 2 * w.n_prompts * s.vocab_size * 4.0,
+            + (w.variants + 2) * w.tokens * d * 4.0
+            + (w.variants + 2) * w.n_prompts * s.vocab_size * 4.0,
         },
     }
     if rule not in phases:

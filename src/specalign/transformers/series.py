@@ -12,7 +12,7 @@ the per-model rules. :func:`series_dataset` sets their results side by side alon
   the final gamma and the measured per-layer rate of gamma -> 1 beside the power-method
   rate |mu2/mu1| of the repeated layer (mu = 1 + eta lambda);
 * claim (3), gaps and spectra: the fraction of layers whose relative gap
-  (lambda_1 - lambda_2)/|lambda_1| is below ``tables.SMALL_GAP``, the fraction whose
+  (lambda_1 - lambda_2)/|lambda_1| is below ``claims.SMALL_GAP``, the fraction whose
   lambda_1 is complex, the spectral radius and whether its eigenvalue is negative;
 * claim (4), steering: the gain of gamma_u (steered minus original) per method and c;
 * for runs made here, the train and held-out loss and the held-out unigram entropy.
@@ -30,18 +30,20 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from specalign.transformers.tables import (
+from specalign.transformers.claims import (
     GAMMA_CONVERGED,
     RATE_TOL,
     SMALL_GAP,
     TILT_MARGIN,
+    claim1_over_training,
+    claim2_over_training,
     gap_summary,
-    mode_view,
     rate_summary,
-    relative_gaps,
     tilt_summary,
 )
+from specalign.transformers.tables import mode_view, relative_gaps
 from specalign.transformers.training import WELL_BELOW
+from specalign.transformers.weights import shares_weights
 
 BASE_MODES = ("simplified_real", "simplified_full", "real_model")
 PROLONGED_MODES = ("prolonged_full", "prolonged_real")
@@ -191,7 +193,7 @@ def series_dataset(
                 r["measured"],
                 r["predicted"],
             )
-        shared[s] = bool(int(spec.attrs.get("shared", 0)))
+        shared[s] = shares_weights(spec.attrs)
         g = gap_summary(spec)
         rel = relative_gaps(spec)
         gaps["frac_small_gap"][s] = g["frac_small"]
@@ -397,6 +399,10 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
     initialisation) is drawn as a dotted line, the null of every curve."""
     import matplotlib.pyplot as plt
 
+    # the figures' curve-with-band, here with the default band edge this figure has always
+    # had (imported here: the data and table functions above need no plotting)
+    from specalign.transformers.figures.style import line_band
+
     panels = ["tilt", "gamma", "gaps", "radius", "steer"]
     if "final_gamma" in ds:
         panels.append("prolonged")
@@ -436,14 +442,10 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
         elif panel == "gamma":
             for mode in ds["mode"].values:
                 y = ds["gamma"].sel(mode=mode).values
-                (line,) = ax.plot(x, y, marker="o", ms=3, label=str(mode))
-                ax.fill_between(
-                    x,
-                    ds["gamma_lo"].sel(mode=mode),
-                    ds["gamma_hi"].sel(mode=mode),
-                    color=line.get_color(),
-                    alpha=0.2,
-                )
+                line = line_band(
+                    ax, x, y, ds["gamma_lo"].sel(mode=mode), ds["gamma_hi"].sel(mode=mode),
+                    alpha=0.2, band_lw=None, marker="o", ms=3, label=str(mode),
+                )  # fmt: skip
                 ax.plot(x, ds["gamma_null"].sel(mode=mode), color="0.35", lw=0.8, ls="--")
                 null0(ax, y, line.get_color())
             setup(ax, "(1) gamma = |cos(x, v1)|; null dashed")
@@ -476,15 +478,11 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
         elif panel == "steer":
             for i, m in enumerate(ds["method"].values):
                 for j, c in enumerate(ds["c"].values):
-                    y = ds["steer_gain"].values[:, i, j]
-                    (line,) = ax.plot(x, y, marker="o", ms=3, label=f"{m} c={c:g}")
-                    ax.fill_between(
-                        x,
-                        ds["steer_gain_lo"].values[:, i, j],
-                        ds["steer_gain_hi"].values[:, i, j],
-                        color=line.get_color(),
-                        alpha=0.15,
-                    )
+                    line_band(
+                        ax, x, ds["steer_gain"].values[:, i, j],
+                        ds["steer_gain_lo"].values[:, i, j], ds["steer_gain_hi"].values[:, i, j],
+                        alpha=0.15, band_lw=None, marker="o", ms=3, label=f"{m} c={c:g}",
+                    )  # fmt: skip
             ax.axhline(0, color="0.35", lw=0.8)
             setup(ax, "(4) steering gain of gamma_u")
             ax.legend(fontsize=5)
@@ -527,34 +525,6 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
 
 
 # --------------------------------------------------------------------------- report
-
-
-def _first_lasting(steps: np.ndarray, ok: np.ndarray) -> int | None:
-    """The first step from which ``ok`` holds at every later step, or None."""
-    for i in range(len(steps)):
-        if ok[i:].all():
-            return int(steps[i])
-    return None
-
-
-def claim1_over_training(ds: xr.Dataset, mode: str) -> dict[str, Any]:
-    """Rule fixed in advance: claim (1) has emerged at step s when, from s on, rho - null
-    is at least TILT_MARGIN above its random-direction null AND at least TILT_MARGIN above
-    its value at step 0 (the initialisation), and the tilt holds in a majority of layers."""
-    steps = ds["step"].values
-    ex = ds["rho_minus_null"].sel(mode=mode).values
-    frac = ds["tilt_fraction"].sel(mode=mode).values
-    at0 = float(ex[0]) if int(steps[0]) == 0 else float("nan")
-    ok = (ex >= TILT_MARGIN) & (frac >= 0.5)
-    if np.isfinite(at0):
-        ok &= ex - at0 >= TILT_MARGIN
-    return {
-        "mode": mode,
-        "step0": at0,
-        "final": float(ex[-1]),
-        "emerges": _first_lasting(steps, ok),
-        "final_frac": float(frac[-1]),
-    }
 
 
 def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
@@ -616,18 +586,15 @@ def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
             )
         if "final_gamma" in ds:
             for p in ds["prolonged"].values:
-                g = ds["final_gamma"].sel(prolonged=p).values
-                m = ds["measured_rate"].sel(prolonged=p).values
-                r = ds["predicted_rate"].sel(prolonged=p).values
-                conv = g[-1] >= GAMMA_CONVERGED
-                rate = abs(m[-1] - r[-1]) <= RATE_TOL
-                verdict = "holds" if conv and rate else "does not hold"
+                c = claim2_over_training(ds, p)
                 lines.append(
                     f"  - claim (2), {p} ({'shared' if int(ds['shared'][-1]) else 'unshared'} "
-                    f"weights): final gamma {g[0]:.3f} at step 0 -> {g[-1]:.3f} "
-                    f"(gamma -> 1 {'holds' if conv else 'does not hold'}); measured rate "
-                    f"{m[-1]:.3f} vs |mu2/mu1| {r[-1]:.3f} "
-                    f"({'matches' if rate else 'does not match'}): {verdict}."
+                    f"weights): final gamma {c['gamma_start']:.3f} at step 0 -> "
+                    f"{c['gamma_final']:.3f} "
+                    f"(gamma -> 1 {'holds' if c['converged'] else 'does not hold'}); measured "
+                    f"rate {c['measured']:.3f} vs |mu2/mu1| {c['predicted']:.3f} "
+                    f"({'matches' if c['rate_matches'] else 'does not match'}): "
+                    f"{c['verdict']}."
                 )
         fs, fc = ds["frac_small_gap"].values, ds["frac_complex_lambda1"].values
         lines.append(

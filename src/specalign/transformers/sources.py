@@ -38,6 +38,7 @@ import tempfile
 import time
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,44 @@ HUB_IGNORE_PATTERNS = ["*consolidated*.safetensors", "original/*"]
 # Pickled weights, fetched only from a repository without safetensors; read with
 # torch.load(weights_only=True), which refuses to run code from the pickle.
 HUB_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin"]
-SPEC_KINDS = ("hub", "local", "package")
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """The keys of a ``transformers.models.<name>`` entry that one ``source`` reads.
+
+    The one list of them: the config checks (``specalign.config``) require and refuse
+    keys from it, the spec of a fetched model (:func:`source_spec`) is cut from it, and
+    ``tests/workflow/test_config.py`` checks ``config/schema.yaml`` against it (the
+    schema's ``source`` enum, and its ``(kind)`` descriptions of the model keys).
+    """
+
+    #: each must be given (non-empty)
+    required: tuple[str, ...] = ()
+    #: exactly one of them must be given
+    one_of: tuple[str, ...] = ()
+    #: read when given, defaults otherwise
+    optional: tuple[str, ...] = ()
+    #: a folder :func:`resolve_model_dir` resolves (fetched by the rule fetch_model)
+    fetched: bool = False
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return (*self.required, *self.one_of, *self.optional)
+
+
+#: Per ``source`` of a model, the keys it reads (config/schema.yaml, ``$defs.model``).
+#: ``trained`` models are the points of ``transformers.series``: the workflow writes
+#: their ``series`` and ``step`` (keys of every source), the user none.
+SOURCES: dict[str, SourceKind] = {
+    "hub": SourceKind(required=("id",), optional=("revision",), fetched=True),
+    "local": SourceKind(required=("path",), fetched=True),
+    "package": SourceKind(required=("package",), fetched=True),
+    "random": SourceKind(one_of=("like", "config_file", "config"), optional=("seed",)),
+    "trained": SourceKind(),
+}
+#: The sources whose model is a folder to resolve (the kinds of a spec).
+SPEC_KINDS = tuple(kind for kind, source in SOURCES.items() if source.fetched)
 
 
 class ModelSourceError(InputFileError):
@@ -90,8 +128,7 @@ def parse_spec(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         raise ModelSourceError(f"model spec {dict(spec)!r} names no kind (one of {SPEC_KINDS})")
     if kind not in SPEC_KINDS:
         raise ModelSourceError(f"model spec kind {kind!r} unknown; expected one of {SPEC_KINDS}")
-    required = {"hub": ("id",), "local": ("path",), "package": ("package",)}[kind]
-    missing = [r for r in required if not fields.get(r)]
+    missing = [r for r in SOURCES[kind].required if not fields.get(r)]
     if missing:
         raise ModelSourceError(f"{kind} model spec {dict(spec)!r} lacks {', '.join(missing)}")
     return kind, fields
@@ -572,17 +609,15 @@ def _random_model_class(model_type: str) -> Any:
     unsupported family fails here, before anything is written."""
     from transformers import AutoModel, AutoModelForCausalLM
 
-    from specalign.transformers.families import family
+    from specalign.transformers.families import adapter_class
 
-    return AutoModelForCausalLM if family(model_type).causal_lm else AutoModel
-
-
-_SOURCE_FIELDS = {"hub": ("id", "revision"), "local": ("path",), "package": ("package",)}
+    return AutoModelForCausalLM if adapter_class(model_type).causal_lm else AutoModel
 
 
 def source_spec(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``sources.resolve_model_dir`` spec of a configured (non-random) model."""
+    """The ``sources.resolve_model_dir`` spec of a configured (fetched) model: its
+    source's keys (:data:`SOURCES`)."""
     kind = model_cfg["source"]
-    if kind not in _SOURCE_FIELDS:
-        raise ValueError(f"model source {kind!r} is not fetched (one of {list(_SOURCE_FIELDS)})")
-    return {"kind": kind, **{k: model_cfg[k] for k in _SOURCE_FIELDS[kind]}}
+    if kind not in SPEC_KINDS:
+        raise ValueError(f"model source {kind!r} is not fetched (one of {list(SPEC_KINDS)})")
+    return {"kind": kind, **{k: model_cfg[k] for k in SOURCES[kind].fields}}

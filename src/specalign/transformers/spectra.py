@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from specalign.transformers.variables import SPECTRA, describe
-from specalign.transformers.weights import ModelWeights
+from specalign.transformers.weights import SHARED, ModelWeights
 
 
 def _order(eigenvalues: np.ndarray) -> np.ndarray:
@@ -399,11 +399,20 @@ def head_spectra(mw: ModelWeights, blk: Any, device: str = "cpu") -> dict[str, n
     the positive real side (1: F_h copies its input, as a nonnegative-spectrum map;
     0: none positive), NaN when F_h = 0.
     """
-    H, d = mw.n_heads, mw.d_model
-    dh = blk.W_V.shape[0] // H
-    W_V = blk.W_V.reshape(H, dh, d)
-    W_O = blk.W_O.reshape(d, H, dh).transpose(1, 0, 2)  # (H, d, dh)
-    M = W_V @ W_O  # (H, dh, dh)
+    return _head_spectra(mw, mw.ov_factors(blk)[1], blk.W_O, device)
+
+
+def _head_spectra(
+    mw: ModelWeights, W_V: np.ndarray, W_O: np.ndarray, device: str = "cpu"
+) -> dict[str, np.ndarray]:
+    """:func:`head_spectra` from the key/value heads' rows W_V' (n_kv_heads d_head, d)
+    and W_O (d, n_heads d_head): W_V' is never expanded to the query heads (each product
+    W_V^g W_O^h is the same BLAS call on the same operands as with the expanded rows)."""
+    H, d, kv = mw.n_heads, mw.d_model, mw.kv_heads
+    dh = W_O.shape[1] // H
+    W_V = W_V.reshape(kv, 1, dh, d)
+    W_O = W_O.reshape(d, kv, H // kv, dh).transpose(1, 2, 0, 3)  # (kv, group, d, dh)
+    M = (W_V @ W_O).reshape(H, dh, dh)
     lam = np.stack([eig(m, False, device)[0] for m in M])
     lam = np.stack([row[_order(row)] for row in lam])
     lead = lam[:, 0].copy()
@@ -483,12 +492,20 @@ def spectra_dataset(
     def one(b: int) -> dict[str, Any]:
         # read here, per block: a lazily read weights.h5 (read_weights_h5(lazy=True)) then
         # holds at most ``threads`` blocks' weights at a time, never the model's
-        blk = mw.blocks[b]
-        if factored:
-            out = spectrum_factored(*mw.ov_factors(blk), eta, vectors=True, device=device)
+        # a factored block of a lazily read v3 file reads only W_V' and W_O (no W_Q, W_K,
+        # no K/V expansion): the same arrays as ov_factors of the whole block
+        fields = getattr(mw.blocks, "ov_fields", lambda b: None)(b) if factored else None
+        if fields is not None:
+            W_Og, W_V, W_O = fields
+            out = spectrum_factored(W_Og, W_V, eta, vectors=True, device=device)
         else:
-            out = spectrum(blk.F, eta, vectors=True, device=device)
-        out["heads"] = head_spectra(mw, blk, device)
+            blk = mw.blocks[b]
+            (W_Og, W_V), W_O = mw.ov_factors(blk), blk.W_O
+            if factored:
+                out = spectrum_factored(W_Og, W_V, eta, vectors=True, device=device)
+            else:
+                out = spectrum(blk.F, eta, vectors=True, device=device)
+        out["heads"] = _head_spectra(mw, W_V, W_O, device)
         return out
 
     per_block = map_blocks(one, range(len(mw.blocks)), threads if device == "cpu" else 1)
@@ -561,7 +578,7 @@ def spectra_dataset(
             "n_heads": int(mw.n_heads),
             "n_layers": int(mw.n_layers),
             "n_blocks": len(mw.blocks),
-            "shared": int(mw.shared),
+            SHARED: int(mw.shared),
             "eta": float(eta),
             "n_eigs": int(n),
             "ordering": "real part descending, then imaginary part descending",

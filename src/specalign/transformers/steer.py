@@ -36,9 +36,10 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
-from specalign.transformers import contracts, propagate, spectra, streaming
-from specalign.transformers.families import family
-from specalign.transformers.propagate import Corr
+from specalign.transformers import contracts, hf, metrics, propagate, spectra, streaming
+from specalign.transformers.directions import block_principal_directions, layer_directions
+from specalign.transformers.families import adapter_class
+from specalign.transformers.metrics import Corr
 from specalign.transformers.variables import STEERING, describe
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
@@ -376,11 +377,11 @@ def steering_gamma(
         {
             "gamma_u": (
                 ("variant", "token"),
-                np.abs(propagate.correlation(S, u, corr)).reshape(2, -1),
+                np.abs(metrics.correlation(S, u, corr)).reshape(2, -1),
             ),
             "gamma_u_mean": (
                 ("variant", "prompt"),
-                np.abs(propagate.correlation(S.mean(axis=2), u, corr)),
+                np.abs(metrics.correlation(S.mean(axis=2), u, corr)),
             ),
         },
         coords={
@@ -397,7 +398,7 @@ def steering_gamma(
 def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
     """Layer ``layer``'s attention output projection module of a causal LM and whether
     its weight is stored transposed ((in, out), GPT-2's Conv1D) rather than (out, in)."""
-    adapter = family(getattr(model.config, "model_type", None))
+    adapter = adapter_class(getattr(model.config, "model_type", None))
     if adapter.out_projection is None:
         raise ValueError(
             f"next-token steering needs a causal LM; {adapter.model_type!r} models have none"
@@ -408,26 +409,16 @@ def _out_projection(model: Any, layer: int) -> tuple[Any, bool]:
 
 
 def _out_projection_path(model: Any, layer: int) -> str:
-    adapter = family(getattr(model.config, "model_type", None))
+    adapter = adapter_class(getattr(model.config, "model_type", None))
     return str(adapter.out_projection).format(layer=layer % int(model.config.num_hidden_layers))
 
 
 def _decoder_layers(model: Any) -> Any:
     """The causal LM's list of layers, from the adapter's output-projection path
     (``transformer.h.{layer}.attn.c_proj`` -> ``transformer.h``)."""
-    adapter = family(getattr(model.config, "model_type", None))
+    adapter = adapter_class(getattr(model.config, "model_type", None))
     prefix = str(adapter.out_projection).split("{layer}")[0].rstrip(".")
     return model.get_submodule(prefix)
-
-
-def _clone_output(out: Any) -> Any:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.detach().clone()
-    if isinstance(out, tuple):
-        return type(out)(_clone_output(o) for o in out)
-    return out
 
 
 def next_token_probs(
@@ -448,7 +439,9 @@ def next_token_probs(
     earlier layers are replayed (their ``forward`` is replaced by the output the last of
     them gave in the unchanged run, the input of the changed layer), since they cannot
     depend on a later layer's weights. At GPT-Neo 2.7B a variant then costs one layer and the LM
-    head instead of 32 layers.
+    head instead of 32 layers. A streamed model runs the unchanged model and every variant
+    in lockstep (:func:`_streamed_probs`): each unit is read from the checkpoint once for
+    all of them.
     """
     import torch
 
@@ -488,13 +481,16 @@ def next_token_probs(
         return p.cpu().numpy()
 
     layers = _decoder_layers(model)
+    if stream is not None:
+        before, *after = _streamed_probs(model, prob, layers[changed], module, stored, device)
+        return before, after
     # only the output of the layer before the changed one reaches it: the earlier
     # replayed layers feed replayed layers, which ignore their input, so they return
     # the same record (one layer's states held, not L - 1)
     recorded: dict[int, Any] = {}
     hooks = [
         layers[changed - 1].register_forward_hook(
-            lambda _m, _a, out: recorded.__setitem__(changed - 1, _clone_output(out))
+            lambda _m, _a, out: recorded.__setitem__(changed - 1, streaming.clone_output(out))
         )
     ] if changed else []  # fmt: skip
     try:
@@ -502,31 +498,69 @@ def next_token_probs(
     finally:
         for h in hooks:
             h.remove()
-    # a streamed model reads the weight from the checkpoint when its layer runs: the
-    # variant replaces it there (an override), a loaded one in its storage
-    weight_name = f"{_out_projection_path(model, layer)}.weight"
-    original = None if stream is not None else module.weight.detach().clone()
+    # each variant written into the loaded model's storage, the original put back after
+    original = module.weight.detach().clone()
     after = []
     try:
         for i in range(changed):
             layers[i].forward = lambda *_a, **_k: recorded[changed - 1]
         for st in stored:
             new = torch.as_tensor(st, dtype=module.weight.dtype, device=device)
-            if stream is not None:
-                stream.overrides[weight_name] = new
-            else:
-                with torch.no_grad():
-                    module.weight.copy_(new)
+            with torch.no_grad():
+                module.weight.copy_(new)
             after.append(prob())
     finally:
-        if stream is not None:
-            stream.overrides.pop(weight_name, None)
-        else:
-            with torch.no_grad():
-                module.weight.copy_(original)
+        with torch.no_grad():
+            module.weight.copy_(original)
         for i in range(changed):
             layers[i].__dict__.pop("forward", None)
     return before, after
+
+
+def _streamed_probs(
+    model: Any,
+    prob: Callable[[], np.ndarray],
+    layer: Any,
+    module: Any,
+    stored: Sequence[np.ndarray],
+    device: str,
+) -> list[np.ndarray]:
+    """``prob()`` of the streamed causal LM as it is, then with the output projection
+    ``module`` of the decoder layer ``layer`` set to each W_O of ``stored`` (in its stored
+    layout), all in lockstep (:func:`specalign.transformers.streaming.forwards_in_lockstep`):
+    every unit is read from the checkpoint once for all of them, the layers before
+    ``layer`` run once (the variants replay their outputs), and one unit's weights are
+    resident at a time, beside the forwards' own states.
+
+    Each forward puts its own W_O into the resident layer just before the projection
+    runs (a pre-hook; the forwards take turns, so no other runs meanwhile): the
+    unchanged one the tensor the stream read, a variant its W_O cast to the compute dtype
+    then, so that one variant's cast copy exists at a time. Every forward computes what
+    it would alone, on the same values: the probabilities equal those of one variant
+    streamed at a time (tested).
+    """
+    import torch
+
+    seen: dict[str, Any] = {}
+
+    def own_weight(mod: Any, _args: Any) -> None:
+        current = mod._parameters["weight"]
+        if current is not seen.get("installed"):
+            seen["original"] = current  # the stream's, read from the checkpoint
+        k = streaming.current_run(model)
+        if not k:
+            weight = seen["original"]
+        else:
+            new = torch.as_tensor(stored[k - 1], dtype=current.dtype, device=device)
+            weight = torch.nn.Parameter(new, requires_grad=False)
+        mod._parameters["weight"] = seen["installed"] = weight
+
+    handle = module.register_forward_pre_hook(own_weight)
+    try:
+        return streaming.forwards_in_lockstep(model, layer, [prob] * (len(stored) + 1))
+    finally:
+        handle.remove()
+        seen.clear()
 
 
 def next_token_prob_change(
@@ -543,29 +577,15 @@ def next_token_prob_change(
     layer's attention output projection (default: the last) by ``new_W_O``
     (:func:`next_token_probs` for one variant).
 
-    ``model``: an already loaded causal LM (from :func:`load_causal_lm`); otherwise the
-    one in ``model_dir`` is loaded. Returns ``p_before``, ``p_after`` and ``delta``
+    ``model``: an already loaded causal LM (from
+    :func:`specalign.transformers.hf.load_causal_lm`); otherwise the one in ``model_dir``
+    is loaded. Returns ``p_before``, ``p_after`` and ``delta``
     (n_prompts,) at the last position of each prompt.
     """
     if model is None:
-        model = load_causal_lm(model_dir, device, dtype)
+        model = hf.load_causal_lm(model_dir, device, dtype)
     before, (after,) = next_token_probs(model, input_ids, target_id, [new_W_O], layer)
     return {"p_before": before, "p_after": after, "delta": after - before}
-
-
-def load_causal_lm(
-    model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None
-) -> Any:
-    """The causal LM of a local model folder (eager attention, eval mode, float32 unless
-    ``dtype`` says otherwise), for :func:`next_token_prob_change`."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager",
-        trust_remote_code=False,
-    )  # fmt: skip
-    return model.to(device=device, dtype=dtype or torch.float32).eval()
 
 
 # --------------------------------------------------------------------------- steering.nc
@@ -626,7 +646,7 @@ def steering_target(
     token that is the tokenizer's unknown token, and a token id outside the vocabulary
     are errors naming the config key.
     """
-    tok = propagate.load_tokenizer(model_dir)
+    tok = hf.load_tokenizer(model_dir)
     if token_id is not None:
         config = json.loads((Path(model_dir) / "config.json").read_text())
         vocab_size = int(config.get("vocab_size") or 0) or None
@@ -727,7 +747,7 @@ def steering_dataset(
         mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress, threads
     )
     fam = mw.family
-    causal_lm = family(fam).causal_lm
+    causal_lm = adapter_class(fam).causal_lm
     del mw, weights
     gc.collect()
     if causal_lm:
@@ -773,10 +793,10 @@ def _simplified_steering(
     returns the steered W_O of each variant in (method, c) order."""
     last = int(mw.layer_block[-1])
     if directions is None:
-        directions = [propagate.block_principal_directions(mw, b) for b in mw.blocks]
+        directions = [block_principal_directions(mw, b) for b in mw.blocks]
     base = propagate.simplified_forward(mw, X0, eta, "real")
-    base_layers = propagate.alignment(
-        base, propagate.layer_directions(mw, directions=directions)["v1"]
+    base_layers = metrics.alignment(
+        base, layer_directions(mw, directions=directions)["v1"]
     )
     # after the pass, whose last block a lazily read mw keeps: no block is read twice
     blk = mw.blocks[last]
@@ -807,7 +827,7 @@ def _simplified_steering(
         final = propagate.simplified_forward(
             steered_weights(mw, res.W_O), base[-2], eta, "real", start=mw.n_layers - 1
         )[-1]
-        last_layer = propagate.alignment(np.stack([base[-2], final]), res.directions["v1"][None])
+        last_layer = metrics.alignment(np.stack([base[-2], final]), res.directions["v1"][None])
         out.record(i, j, base[-1], final, base_layers, last_layer, u, R, res)
         W_O_new.append(res.W_O)
     return W_O_new
@@ -851,10 +871,10 @@ class _SteeringArrays:
         steered model's per-layer gamma and rho: the unchanged model's for every layer
         but the last (``base_layers``), the steered last layer's (``last_layer``)."""
         for v, X in enumerate((base_final, final)):
-            self.g_u[i, j, v] = np.abs(propagate.correlation(X, u)).reshape(-1)
-            self.g_um[i, j, v] = np.abs(propagate.correlation(X.mean(axis=1), u))
+            self.g_u[i, j, v] = np.abs(metrics.correlation(X, u)).reshape(-1)
+            self.g_um[i, j, v] = np.abs(metrics.correlation(X.mean(axis=1), u))
             self.g_null[i, j, v] = np.mean(
-                [np.abs(propagate.correlation(X, r)).reshape(-1) for r in R], axis=0
+                [np.abs(metrics.correlation(X, r)).reshape(-1) for r in R], axis=0
             )
         self.g_layers[i, j, :-1] = base_layers["gamma"][:-1]
         self.g_layers[i, j, -1] = last_layer["gamma"][0]

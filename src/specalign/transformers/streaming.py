@@ -13,8 +13,13 @@ the checkpoint in their stored dtype (bf16, fp16, fp32 as published: ``safe_open
 tensor, or the memory-mapped ``pytorch_model*.bin``), casts them to the compute dtype
 (float32, or float64 where the study asks), moves them to the device, and frees the
 unit that was resident before: at most one unit's weights exist at any moment, and the
-model is a plain ``transformers`` model for everything else (hooks, hidden states,
-replayed layers).
+model is a plain ``transformers`` model for everything else (hooks, hidden states).
+
+Several forwards that differ only from one module on (steering's variants of the last
+layer's W_O) run in *lockstep* (:func:`forwards_in_lockstep`): each in a thread of its
+own, the threads taking turns, all of them through a unit before the next is read, so
+that every unit is read once for all of them; the modules before the one where they
+differ run once, and the other forwards replay their outputs.
 
 The decoder layers are found from the family adapter: its ``probe`` tensor name
 (``layers.0.self_attn.o_proj.weight``, ``encoder.layer.0.attention...``) names the
@@ -37,7 +42,9 @@ import gc
 import inspect
 import math
 import os
-from collections.abc import Iterator, Mapping
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,8 +197,9 @@ class LayerStream:
             if path not in self.initialised
             for n in names
         }
-        self.overrides: dict[str, Any] = {}
         self.resident: str | None = None
+        #: the forwards running in lockstep, while :func:`forwards_in_lockstep` runs
+        self.lockstep: _Lockstep | None = None
         self.loads = 0
         self.bytes_read = 0
         self._hooks = [
@@ -200,7 +208,7 @@ class LayerStream:
             )
             for path in self.units
         ]
-        self._hooks.append(model.register_forward_hook(lambda *a: self.release()))
+        self._hooks.append(model.register_forward_hook(lambda *a: self._end()))
         for module in model.modules():  # buffers (rotary tables, ids) on the device
             for name, buf in module._buffers.items():
                 if buf is not None:
@@ -252,8 +260,12 @@ class LayerStream:
 
     # ------------------------------------------------------------------ the hooks
     def _enter(self, path: str, module: Any) -> None:
-        if "forward" in module.__dict__:
-            return  # a replayed layer (steering): its output is recorded, not computed
+        step = self.lockstep
+        if step is not None and step.joins(path):
+            step.advance(path)  # every forward reaches the unit, which is read once
+            return
+        if step is not None and step.replays():
+            return  # a unit this forward replays: its output is recorded, not computed
         if self.resident == path:
             return  # ALBERT calls its one layer group for every layer
         self.release()
@@ -273,16 +285,14 @@ class LayerStream:
             owner_path, _, leaf = name.rpartition(".")
             owner = self.model.get_submodule(owner_path)
             want = tuple(owner._parameters[leaf].shape)
-            t = self.overrides.get(name)
-            if t is None:
-                key = self.keys[name]
-                t = self.ckpt.tensor(key)
-                self.bytes_read += t.numel() * t.element_size()
-                if tuple(t.shape) != want:
-                    raise InputFileError(
-                        f"{self.ckpt.file_of(key)}: tensor {key!r} has shape {tuple(t.shape)}, "
-                        f"the model's {name} {want}"
-                    )
+            key = self.keys[name]
+            t = self.ckpt.tensor(key)
+            self.bytes_read += t.numel() * t.element_size()
+            if tuple(t.shape) != want:
+                raise InputFileError(
+                    f"{self.ckpt.file_of(key)}: tensor {key!r} has shape {tuple(t.shape)}, "
+                    f"the model's {name} {want}"
+                )
             owner._parameters[leaf] = torch.nn.Parameter(
                 t.to(device=self.device, dtype=self.dtype), requires_grad=False
             )
@@ -303,6 +313,15 @@ class LayerStream:
             )
         self.resident = None
         gc.collect()
+
+    def _end(self) -> None:
+        """A forward of the whole model ended: its last unit is freed (in lockstep once
+        every forward has ended)."""
+        step = self.lockstep
+        if step is not None and step.stepping():
+            step.advance(None)
+        else:
+            self.release()
 
     def parameter_path(self, path: str) -> str:
         """The full parameter name of a module path's weight (``{path}.weight``)."""
@@ -450,3 +469,180 @@ def _adapter_of(model: Any) -> FamilyAdapter:
 def accepts_logits_to_keep(model: Any) -> bool:
     """Whether the causal LM's forward can compute the logits of the last position only."""
     return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+# --------------------------------------------------------------------------- lockstep
+
+
+class _Lockstep:
+    """Forwards of one streamed model, each in a thread, advanced through the units
+    together from the unit ``start`` on (see :func:`forwards_in_lockstep`).
+
+    Forward 0 runs alone up to ``start``, recording the outputs of the units it passes
+    (of the decoder layers only the last: the earlier ones feed layers that are replayed
+    too and ignore their input); the others then replay those outputs. From ``start`` on
+    every forward waits for the others at each unit (a barrier whose action frees the
+    resident unit and reads the next), and the threads take turns (one lock), so that
+    the forwards compute one at a time, each exactly as it would alone.
+    """
+
+    def __init__(self, stream: LayerStream, start: str, n: int) -> None:
+        self.stream, self.start = stream, start
+        self.local = threading.local()
+        self.turn = threading.Lock()
+        self.barrier = threading.Barrier(n, action=self._step)
+        self.recorded = threading.Event()
+        self.arrivals: dict[int, str | None] = {}
+        self.outputs: dict[str, list[Any]] = {}
+        self.layer_output: Any = None
+
+    # ---------------------------------------------------------------- per thread
+    def run(self) -> int | None:
+        """The index of the forward the calling thread runs (None: not one of them)."""
+        return getattr(self.local, "run", None)
+
+    def stepping(self) -> bool:
+        return bool(getattr(self.local, "stepping", False))
+
+    def replays(self) -> bool:
+        """Whether the calling thread replays the units it enters (a forward other than
+        the first, before ``start``)."""
+        return bool(self.run()) and not self.stepping()
+
+    def joins(self, path: str) -> bool:
+        """Whether the calling thread advances with the others at unit ``path``."""
+        if self.run() is None:
+            return False
+        if path == self.start:
+            self.local.stepping = True
+        return self.stepping()
+
+    def advance(self, path: str | None) -> None:
+        """Wait until every forward has reached unit ``path`` (None: the end), then go on
+        with it resident; the turn passes to the others meanwhile."""
+        if self.run() == 0 and path == self.start:
+            self.recorded.set()  # the units before start have run: the others may replay
+        self.arrivals[threading.get_ident()] = path
+        self.turn.release()
+        try:
+            self.barrier.wait()
+        finally:
+            self.turn.acquire()
+
+    def _step(self) -> None:
+        """The barrier's action (one thread, the others waiting): the next unit in."""
+        paths = set(self.arrivals.values())
+        self.arrivals.clear()
+        if len(paths) != 1:
+            raise RuntimeError(f"forwards in lockstep reached different units: {paths}")
+        (path,) = paths
+        if path is not None and path == self.stream.resident:
+            return  # a unit called again (ALBERT's layer group): still resident
+        self.stream.release()
+        if path is not None:
+            self.stream._materialise(path)
+            self.stream.resident = path
+
+    # ---------------------------------------------------------------- the units' forwards
+    def forward(self, path: str, module: Any) -> Callable[..., Any]:
+        """Unit ``path``'s forward in lockstep: computed (and recorded by forward 0 before
+        ``start``), or replayed by the other forwards before ``start``."""
+        compute = type(module).forward.__get__(module)
+        is_layer = self.stream._is_layer(path)
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if self.replays():
+                if is_layer:
+                    return clone_output(self.layer_output)
+                calls = self.local.calls
+                calls[path] += 1
+                return clone_output(self.outputs[path][calls[path] - 1])
+            out = compute(*args, **kwargs)
+            if self.run() == 0 and not self.stepping():
+                if is_layer:
+                    self.layer_output = clone_output(out)
+                else:
+                    self.outputs.setdefault(path, []).append(clone_output(out))
+            return out
+
+        return forward
+
+    def thread(self, k: int, call: Callable[[], Any], results: list[Any], errors: list) -> None:
+        self.local.run, self.local.stepping, self.local.calls = k, False, Counter()
+        try:
+            if k:
+                self.recorded.wait()
+            with self.turn:
+                results[k] = call()
+            if k == 0 and not self.recorded.is_set():
+                raise RuntimeError(f"the forward never reached unit {self.start!r}")
+        except BaseException as exc:  # every thread must learn that the others stop
+            errors.append(exc)
+            self.barrier.abort()
+            self.recorded.set()
+
+
+def clone_output(out: Any) -> Any:
+    """A copy of a module's output (tensors, and tuples of them), so that no forward sees
+    another's in-place changes."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, tuple):
+        return type(out)(clone_output(o) for o in out)
+    return out
+
+
+def current_run(model: Any) -> int | None:
+    """The index, in :func:`forwards_in_lockstep`'s ``calls``, of the forward the calling
+    thread runs (None outside lockstep)."""
+    stream = stream_of(model)
+    step = stream.lockstep if stream is not None else None
+    return step.run() if step is not None else None
+
+
+def forwards_in_lockstep(model: Any, start: Any, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` (each a whole forward of the streamed ``model``, returning what it
+    wants kept) so that every unit is read from the checkpoint once for all of them.
+
+    The forwards must compute the same up to module ``start`` (a unit, such as the
+    decoder layer whose weights one forward changes) and enter the same units, in the
+    same order, from there on. ``calls[0]`` runs alone up to ``start``; the others
+    replay the outputs it recorded there (each unit's, in call order), and from
+    ``start`` on all advance together, a unit at a time, taking turns (:class:`_Lockstep`):
+    one unit's weights resident at any moment, plus the forwards' own states. A forward
+    tells which one it is by :func:`current_run` (to put in its own weights, say).
+    Returns the calls' results in order; each equals that of the call run alone.
+    """
+    stream = stream_of(model)
+    if stream is None:
+        raise ValueError("forwards in lockstep need a streamed model (streamed_model)")
+    path = next((p for p in stream.units if model.get_submodule(p) is start), None)
+    if path is None:
+        raise ValueError(f"{type(start).__name__} is not a unit of the streamed model")
+    step = _Lockstep(stream, path, len(calls))
+    modules = {p: model.get_submodule(p) for p in stream.units}
+    for p, module in modules.items():
+        module.forward = step.forward(p, module)
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(target=step.thread, args=(k, call, results, errors), daemon=True)
+        for k, call in enumerate(calls)
+    ]
+    stream.lockstep = step
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        stream.lockstep = None
+        for module in modules.values():
+            module.__dict__.pop("forward", None)
+        stream.release()
+    if errors:
+        first = next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), None)
+        raise first or errors[0]
+    return results

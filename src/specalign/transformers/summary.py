@@ -25,17 +25,14 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from specalign.transformers.claims import gap_summary, rate_summary, steer_verdict, tilt_summary
 from specalign.transformers.contracts import MODES
 from specalign.transformers.paper import CLAIMS
 from specalign.transformers.tables import (
     eigenvalue_table,
-    gap_summary,
     propagation_table,
     random_twin,
-    rate_summary,
-    steer_verdict,
     steering_table,
-    tilt_summary,
 )
 
 __all__ = [
@@ -203,7 +200,7 @@ def claim_verdicts(
     twin_prop: xr.Dataset | None = None,
 ) -> dict[int, str]:
     """Claims (1)-(4) of :data:`specalign.transformers.paper.CLAIMS` for one model, each
-    verdict in one line, under the rules of :mod:`specalign.transformers.tables`.
+    verdict in one line, under the rules of :mod:`specalign.transformers.claims`.
 
     (1) the tilt in the simplified model with the real attention (beside the twin's
     rho - null when ``twin_prop`` is given), (2) gamma -> 1 in the prolonged run under

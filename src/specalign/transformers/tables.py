@@ -1,14 +1,13 @@
-"""Tables of the transformer study (Li & Altafini, arXiv:2605.25619) and the summaries
-its reproduction report is built from.
+"""Tables of the transformer study (Li & Altafini, arXiv:2605.25619) and the per-layer
+views of its files that the tables, the figures and the claims share.
 
 Inputs are loaded ``spectra.nc``, ``propagation.nc``, ``steering.nc`` (one per model)
 and ``sphere.nc`` (:mod:`specalign.transformers.contracts` describes every variable).
 Tables are tidy pandas frames (one row per layer, per (mode, layer), per (method, c) or
 per consensus point), written with :func:`specalign.output.write_table` (csv at full
-precision + markdown). The summaries (:func:`tilt_summary`, :func:`rate_summary`,
-:func:`gap_summary`, :func:`steer_verdict`) measure each claim of
-:mod:`specalign.transformers.paper` and give a verdict under the rules below, fixed
-before looking at the data.
+precision + markdown). The summaries that measure each claim of
+:mod:`specalign.transformers.paper` and the verdict rules, fixed before looking at the
+data, are in :mod:`specalign.transformers.claims`.
 
 Conventions:
 
@@ -41,58 +40,24 @@ from specalign.output import nanstd as _nanstd
 from specalign.output import write_table
 
 __all__ = [
-    "GAMMA_CONVERGED",
-    "JACOBIAN_TOL",
     "MODEL_TABLES",
-    "NO_CONVERGENCE_TOL",
-    "RATE_TOL",
-    "RESIDUAL_TOL",
-    "SMALL_GAP",
-    "STEER_MIN_GAIN",
-    "TILT_MAJORITY",
-    "TILT_MARGIN",
     "bipartite_outcomes",
     "eigenvalue_table",
-    "gap_summary",
-    "holds",
     "is_random_model",
     "layer_eigenvalues",
     "leading_vector_overlaps",
     "mode_view",
+    "per_layer_spectra",
     "propagation_table",
     "random_twin",
     "random_unit_overlap",
-    "rate_summary",
+    "reduce_dim",
     "relative_gaps",
     "sphere_table",
-    "steer_verdict",
     "steering_table",
-    "tilt_summary",
     "write_model_tables",
     "write_sphere_table",
 ]
-
-#: Claim (1): rho_t must exceed its random-direction null by this much, averaged over
-#: layers, for a plain "holds"; a smaller positive excess is "holds only above chance".
-TILT_MARGIN = 0.10
-#: Claim (1): the tilt must hold (mean psi_t > 0 and rho_t > 0.5) in at least this
-#: fraction of the layers.
-TILT_MAJORITY = 0.5
-#: Claim (2): final mean gamma at or above this counts as gamma -> 1.
-GAMMA_CONVERGED = 0.99
-#: Claim (2): |measured - predicted| per-layer rate within this is agreement.
-RATE_TOL = 0.02
-#: Claim (2): a predicted rate within this of 1 predicts no convergence at all.
-NO_CONVERGENCE_TOL = 1e-9
-#: Claim (3): a layer's spectral gap is "small" when gap / |lambda_1| < SMALL_GAP.
-SMALL_GAP = 0.10
-#: Claim (4): steering must raise mean gamma_u by at least this (and put it this far
-#: above the random-direction null) for a plain "holds".
-STEER_MIN_GAIN = 0.05
-#: Claim (4): a residual |F'u - c r u| / |c r| below this means u is an eigenvector.
-RESIDUAL_TOL = 1e-6
-#: Claim (5): numeric vs closed-form Jacobian eigenvalue moduli agree within this.
-JACOBIAN_TOL = 1e-8
 
 _N_EIGS = 5
 
@@ -112,7 +77,9 @@ def random_unit_overlap(d: int) -> float:
     return float(math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi))
 
 
-def _over(da: xr.DataArray, dim: str, fn: Any) -> np.ndarray:
+def reduce_dim(da: xr.DataArray, dim: str, fn: Any) -> np.ndarray:
+    """``fn(values, axis=...)`` of ``da`` over its dimension ``dim`` (a NaN-aware mean over
+    tokens, say)."""
     return fn(da.values, axis=da.get_axis_num(dim))
 
 
@@ -149,7 +116,7 @@ def mode_view(prop: xr.Dataset, mode: str) -> xr.Dataset | None:
     return ds.isel(cut)
 
 
-def _per_layer_spectra(spectra: xr.Dataset) -> xr.Dataset:
+def per_layer_spectra(spectra: xr.Dataset) -> xr.Dataset:
     """The block variables of ``spectra`` per layer t = 1..L (each layer's block via
     ``layer_block``), with the coordinates ``layer`` and ``layer_block`` of the file."""
     lb = np.asarray(spectra["layer_block"].values, dtype=int)
@@ -164,7 +131,7 @@ def layer_eigenvalues(spectra: xr.Dataset, n: int = _N_EIGS) -> np.ndarray:
     A factored (grouped-query) block lists only its nonzero eigenvalues; its exact zeros
     (``n_zero_eigenvalues`` of them) are put back at their rank in F's sort order.
     """
-    per = _per_layer_spectra(spectra)
+    per = per_layer_spectra(spectra)
     lam = per["eigenvalues_real"].values + 1j * per["eigenvalues_imag"].values
     if "n_zero_eigenvalues" in per and int(per["n_zero_eigenvalues"].max()) > 0:
         where = np.asarray(per["zero_eigenvalues_index"].values, dtype=int)
@@ -185,7 +152,7 @@ def layer_eigenvalues(spectra: xr.Dataset, n: int = _N_EIGS) -> np.ndarray:
 
 def relative_gaps(spectra: xr.Dataset) -> np.ndarray:
     """gap / |lambda_1| per layer: the scale-free spectral gap (claim 3)."""
-    per = _per_layer_spectra(spectra)
+    per = per_layer_spectra(spectra)
     lam1 = np.hypot(per["eigenvalues_real"].values[:, 0], per["eigenvalues_imag"].values[:, 0])
     if "n_zero_eigenvalues" in per and int(per["n_zero_eigenvalues"].max()) > 0:
         lam1 = np.abs(layer_eigenvalues(spectra, 1)[:, 0])  # lambda_1 may be an exact zero
@@ -199,7 +166,7 @@ def leading_vector_overlaps(spectra: xr.Dataset) -> np.ndarray:
 
     Shared blocks give exactly 1; a layer without a real eigenvector gives NaN.
     """
-    V = np.asarray(_per_layer_spectra(spectra)["v1_leading_real"].values, dtype=float)
+    V = np.asarray(per_layer_spectra(spectra)["v1_leading_real"].values, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         V = V / np.linalg.norm(V, axis=1, keepdims=True)
     return np.abs(np.einsum("td,td->t", V[:-1], V[1:]))
@@ -213,7 +180,7 @@ def eigenvalue_table(spectra: xr.Dataset, model: str, n_eigs: int = _N_EIGS) -> 
     radius, whether it is attained by a negative eigenvalue, whether lambda_1 is complex,
     the dominant eigenvalue 1 + eta lambda_k of I + eta F (and whether k = 1), and the
     paper's step-size bound eta < 2/|Re l1 + Re ld| (inf when it does not bind)."""
-    per = _per_layer_spectra(spectra)
+    per = per_layer_spectra(spectra)
     lam = layer_eigenvalues(spectra, n_eigs)
     T = lam.shape[0]
     df = pd.DataFrame(
@@ -271,17 +238,17 @@ def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
                 dtype="Int64",
             ),
             "corr": [corr] * T,
-            "gamma": _over(ds["gamma"], "token", _nanmean),
-            "gamma_sd": _over(ds["gamma"], "token", _nanstd),
-            "gamma_meantok": _over(ds["gamma_mean"], "prompt", _nanmean),
-            "psi": _over(ds["psi"], "token", _nanmean),
-            "psi_sd": _over(ds["psi"], "token", _nanstd),
+            "gamma": reduce_dim(ds["gamma"], "token", _nanmean),
+            "gamma_sd": reduce_dim(ds["gamma"], "token", _nanstd),
+            "gamma_meantok": reduce_dim(ds["gamma_mean"], "prompt", _nanmean),
+            "psi": reduce_dim(ds["psi"], "token", _nanmean),
+            "psi_sd": reduce_dim(ds["psi"], "token", _nanstd),
             "rho": ds["rho"].values.astype(float),
             "rho_meantok": ds["rho_mean"].values.astype(float),
-            "gamma_null": _over(ds["gamma_null"], "token", _nanmean),
-            "psi_null": _over(ds["psi_null"], "token", _nanmean),
+            "gamma_null": reduce_dim(ds["gamma_null"], "token", _nanmean),
+            "psi_null": reduce_dim(ds["psi_null"], "token", _nanmean),
             "rho_null": ds["rho_null"].values.astype(float),
-            "gamma_neg_null": _over(ds["gamma_neg_null"], "token", _nanmean),
+            "gamma_neg_null": reduce_dim(ds["gamma_neg_null"], "token", _nanmean),
             "rho_neg_null": ds["rho_neg_null"].values.astype(float),
         }
         for base in ("gamma", "rho", "gamma_null", "rho_null"):
@@ -289,7 +256,9 @@ def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
             if var in ds:
                 da = ds[var]
                 cols[var] = (
-                    _over(da, "token", _nanmean) if "token" in da.dims else da.values.astype(float)
+                    reduce_dim(da, "token", _nanmean)
+                    if "token" in da.dims
+                    else da.values.astype(float)
                 )
         frames.append(pd.DataFrame(cols))
     if not frames:
@@ -425,258 +394,6 @@ def bipartite_outcomes(sphere: xr.Dataset) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-# --------------------------------------------------------------------------- claims
-
-
-def tilt_summary(prop: xr.Dataset, mode: str, suffix: str = "") -> dict[str, Any] | None:
-    """Claim (1) for one mode: does passing through layer t tilt tokens towards v1_t?
-
-    Per layer t the tilt holds when the token-mean psi_t > 0 and rho_t > 0.5. Returns the
-    fraction of layers where it holds (``frac``), the means of psi, rho and the
-    random-direction rho null over layers, ``excess`` = mean(rho_t - rho_null_t), the
-    fraction of layers where the random-direction null itself passes the test
-    (``null_frac``; NaN when psi's null is not stored, as for the other correlation),
-    the same fraction and mean rho for the most-negative-eigenvector direction
-    (``neg_frac``, ``rho_neg``: a direction F does *not* favour, so a tilt towards it
-    says the test is not specific to v1), and the ``verdict``. ``suffix`` selects the
-    other correlation (``"_pearson"``). None when the mode or the variables are absent.
-    """
-    ds = mode_view(prop, mode)
-    need = [f"psi{suffix}", f"rho{suffix}", f"rho_null{suffix}"]
-    if ds is None or any(v not in ds for v in need):
-        return None
-    psi_t = _over(ds[f"psi{suffix}"], "token", _nanmean)
-    rho_t = ds[f"rho{suffix}"].values.astype(float)
-    rho_null_t = ds[f"rho_null{suffix}"].values.astype(float)
-    defined = np.isfinite(psi_t) & np.isfinite(rho_t)
-    holds = (psi_t > 0) & (rho_t > 0.5)
-    frac = float(holds[defined].mean()) if defined.any() else float("nan")
-    null_frac = float("nan")
-    if not suffix and "psi_null" in ds:
-        psi_null_t = _over(ds["psi_null"], "token", _nanmean)
-        null_frac = float(((psi_null_t > 0) & (rho_null_t > 0.5)).mean())
-    neg_frac, rho_neg = float("nan"), float("nan")
-    if not suffix and "psi_neg_null" in ds and "rho_neg_null" in ds:
-        psi_neg_t = _over(ds["psi_neg_null"], "token", _nanmean)
-        rho_neg_t = ds["rho_neg_null"].values.astype(float)
-        ok = np.isfinite(psi_neg_t) & np.isfinite(rho_neg_t)
-        if ok.any():
-            neg_frac = float(((psi_neg_t > 0) & (rho_neg_t > 0.5))[ok].mean())
-            rho_neg = _nanmean(rho_neg_t)
-    out = {
-        "n_layers": int(defined.sum()),
-        "frac": frac,
-        "psi": _nanmean(psi_t),
-        "rho": _nanmean(rho_t),
-        "rho_null": _nanmean(rho_null_t),
-        "excess": _nanmean(rho_t - rho_null_t),
-        "null_frac": null_frac,
-        "neg_frac": neg_frac,
-        "rho_neg": rho_neg,
-        "gamma": _nanmean(ds[f"gamma{suffix}"]) if f"gamma{suffix}" in ds else float("nan"),
-        "gamma_null": (
-            _nanmean(ds[f"gamma_null{suffix}"]) if f"gamma_null{suffix}" in ds else float("nan")
-        ),
-    }
-    out["verdict"] = _tilt_verdict(out)
-    return out
-
-
-def _tilt_verdict(s: Mapping[str, Any]) -> str:
-    """The verdict on claim (1) from a :func:`tilt_summary`.
-
-    A test that the eigenvector of the most negative eigenvalue passes as well (in at
-    least as many layers as v1, with at least v1's mean rho minus ``TILT_MARGIN``) does not
-    single out v1, so it is "not specific to v1" rather than "holds": the tokens move in a
-    way the test reads as a tilt whatever direction of F it is given.
-    """
-    frac, excess = s["frac"], s["excess"]
-    if not (np.isfinite(frac) and np.isfinite(excess)):
-        return "not measured (no layer with a real v1)"
-    if frac < TILT_MAJORITY:
-        return f"does not hold (tilt in {frac:.0%} of layers)"
-    if excess <= 0:
-        return "does not hold beyond chance (rho at or below its random-direction null)"
-    neg_frac, rho_neg = s.get("neg_frac", np.nan), s.get("rho_neg", np.nan)
-    rho = s.get("rho", np.nan)
-    if (
-        np.isfinite(neg_frac)
-        and neg_frac >= frac
-        and not (np.isfinite(rho) and np.isfinite(rho_neg) and rho_neg < rho - TILT_MARGIN)
-    ):
-        return (
-            f"not specific to v1 (tilt in {frac:.0%} of layers, but towards the most negative "
-            f"eigenvector in {neg_frac:.0%}"
-            + (f", mean rho {rho_neg:.2f} against v1's {rho:.2f}" if np.isfinite(rho_neg) else "")
-            + ")"
-        )
-    if excess >= TILT_MARGIN:
-        return f"holds (tilt in {frac:.0%} of layers)"
-    return f"holds only above chance by {excess:.2f} in rho (tilt in {frac:.0%} of layers)"
-
-
-def holds(verdict: str) -> bool:
-    return verdict.startswith("holds")
-
-
-def _predicted_rates(spectra: xr.Dataset) -> dict[str, Any]:
-    """Power-method rates of the last layer's I + eta F (the prolonged layers repeat it):
-    |mu_2/mu_1| and the n-token asymptotic max(|mu_2|, 1)/|mu_1|, mu = 1 + eta lambda in
-    the order of lambda's real part (as specalign.transformers.sphere)."""
-    eta = float(spectra.attrs.get("eta", np.nan))
-    lam = layer_eigenvalues(spectra, 2)[-1]
-    mu = 1.0 + eta * lam
-    per = _per_layer_spectra(spectra).isel(layer=-1)
-    return {
-        "predicted": float(abs(mu[1]) / abs(mu[0])),
-        "asymptotic": float(max(abs(mu[1]), 1.0) / abs(mu[0])),
-        "lambda1_is_complex": bool(int(per["lambda1_is_complex"])),
-        "dominant_is_lambda1": bool(int(per["dominant_is_lambda1"])),
-    }
-
-
-def rate_summary(
-    prop: xr.Dataset, spectra: xr.Dataset | None, mode: str = "prolonged_full"
-) -> dict[str, Any] | None:
-    """Claim (2) for one prolonged mode: final gamma vs its null, and the measured
-    per-layer rate of gamma -> 1 (``sphere.measured_convergence_rate`` on the layers that
-    repeat the last block) vs the power-method prediction from ``spectra``.
-
-    For a shared-weight model every layer repeats the block; otherwise only the layers
-    past the original depth do, and only those enter the rate. None if the mode is absent.
-    """
-    from specalign.transformers.sphere import measured_convergence_rate
-
-    ds = mode_view(prop, mode)
-    if ds is None:
-        return None
-    shared = bool(int(spectra.attrs.get("shared", 0))) if spectra is not None else False
-    base = mode_view(prop, "simplified_real")
-    depth = (
-        int(spectra.attrs["n_layers"])
-        if spectra is not None and "n_layers" in spectra.attrs
-        else (base.sizes["layer"] if base is not None else 0)
-    )
-    gamma = ds["gamma"]
-    tail = gamma if shared else gamma.isel(layer=slice(depth, None))
-    out: dict[str, Any] = {
-        "mode": mode,
-        "shared": shared,
-        "layers": int(ds.sizes["layer"]),
-        "depth": depth,
-        "gamma_final": _nanmean(gamma.isel(layer=-1)),
-        "gamma_null_final": _nanmean(ds["gamma_null"].isel(layer=-1)),
-        "measured": float("nan"),
-        "note": "",
-    }
-    try:
-        out["measured"] = measured_convergence_rate(tail.transpose("layer", "token").values)
-    except ValueError as exc:
-        out["note"] = f"rate not measurable: {exc}"
-    if spectra is not None:
-        out.update(_predicted_rates(spectra))
-    else:
-        out.update(
-            predicted=float("nan"),
-            asymptotic=float("nan"),
-            lambda1_is_complex=False,
-            dominant_is_lambda1=True,
-        )
-    out["verdict"] = _rate_verdict(out)
-    return out
-
-
-def _rate_verdict(s: Mapping[str, Any]) -> str:
-    if s["lambda1_is_complex"]:
-        conv = (
-            "not expected: lambda_1 of the repeated layer is complex, so the tokens rotate in "
-            "the plane of the pair rather than converge to a real eigenvector; "
-        )
-    elif not s["dominant_is_lambda1"]:
-        conv = (
-            "not expected: eta is past the step-size bound, so another eigenvalue dominates "
-            "I + eta F; "
-        )
-    else:
-        conv = ""
-    g = s["gamma_final"]
-    conv += (
-        f"gamma -> 1 holds (final {g:.4f})"
-        if g >= GAMMA_CONVERGED
-        else f"gamma -> 1 does not hold (final {g:.4f})"
-    )
-    m = s["measured"]
-    if not np.isfinite(m):
-        return conv + "; rate not measured"
-    best = min(abs(m - s["predicted"]), abs(m - s["asymptotic"]))
-    if not np.isfinite(best):
-        return conv + f"; measured rate {m:.4f}, no prediction"
-    if best > RATE_TOL:
-        text = conv + f"; measured rate {m:.4f} does not match the power-method prediction"
-    elif _closest_prediction(s, m) >= 1.0 - NO_CONVERGENCE_TOL:
-        # a predicted rate of 1 (|mu_2| = |mu_1|: a complex pair, or |mu_1| <= 1 for the
-        # n-token asymptotic) predicts that nothing converges; agreeing with it is no
-        # evidence of a power method at work
-        text = conv + (
-            f"; measured rate {m:.4f}: no convergence predicted (the power-method rate is "
-            f"{_closest_prediction(s, m):.4f}), and none measured"
-        )
-    else:
-        text = conv + f"; measured rate {m:.4f} matches the power-method prediction"
-    g_end = min(max(g, 0.0), 1.0)
-    if g < GAMMA_CONVERGED and 0 < m < 1 and not s["lambda1_is_complex"]:
-        # sin(theta) shrinks by m per layer; gamma >= GAMMA_CONVERGED needs
-        # sin(theta) <= sqrt(1 - GAMMA_CONVERGED^2)
-        need = math.log(math.sqrt(1 - GAMMA_CONVERGED**2) / math.sqrt(1 - g_end**2)) / math.log(m)
-        text += (
-            f"; at that rate gamma reaches {GAMMA_CONVERGED:g} after ~{math.ceil(need)} more layers"
-        )
-    return text
-
-
-def _closest_prediction(s: Mapping[str, Any], measured: float) -> float:
-    """Of the two predicted rates (|mu_2/mu_1| and the n-token asymptotic), the one
-    closest to the ``measured`` rate."""
-    preds = [float(s[k]) for k in ("predicted", "asymptotic") if np.isfinite(s[k])]
-    return min(preds, key=lambda p: abs(measured - p))
-
-
-def gap_summary(spectra: xr.Dataset) -> dict[str, Any]:
-    rel = relative_gaps(spectra)
-    ok = np.isfinite(rel)
-    frac = float(np.mean(rel[ok] < SMALL_GAP)) if ok.any() else float("nan")
-    return {
-        "layers": int(ok.sum()),
-        "frac_small": frac,
-        "median_rel_gap": float(np.median(rel[ok])) if ok.any() else float("nan"),
-        "complex_lambda1": int(
-            np.asarray(_per_layer_spectra(spectra)["lambda1_is_complex"].values).sum()
-        ),
-        "verdict": (
-            "not measured"
-            if not np.isfinite(frac)
-            else ("holds" if frac > 0.5 else "does not hold")
-            + f" ({frac:.0%} of layers with gap/|lambda_1| < {SMALL_GAP:g})"
-        ),
-    }
-
-
-def steer_verdict(row: Mapping[str, Any]) -> str:
-    if not row["residual"] < RESIDUAL_TOL:
-        return f"does not hold: u is not an eigenvector (residual {row['residual']:.2g})"
-    gain = row["gamma_u_steered"] - row["gamma_u_original"]
-    above = row["gamma_u_steered"] - row["gamma_u_null"]
-    if gain >= STEER_MIN_GAIN and above >= STEER_MIN_GAIN:
-        text = f"holds (gamma_u {gain:+.3f})"
-    elif gain > 0 and above > 0:
-        text = f"holds only above chance by {above:.3f} (gamma_u {gain:+.3f})"
-    else:
-        text = f"does not hold (gamma_u {gain:+.3f})"
-    if not row["u_is_leading"]:
-        text += "; c r is not the leading eigenvalue, so no tilt to u is predicted"
-    return text
 
 
 # --------------------------------------------------------------------------- writers

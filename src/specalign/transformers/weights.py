@@ -7,8 +7,9 @@ See ``specalign.transformers`` for the convention (y = W x + b, W as (out, in)).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,11 @@ class BlockWeights:
         return self.W_O @ self.W_V
 
 
+#: The name, in weights.h5 and in the spectra.nc made from it, of :attr:`ModelWeights.shared`
+#: (1: every layer applies the one stored block, ALBERT's cross-layer sharing).
+SHARED = "shared"
+
+
 @dataclass
 class ModelWeights:
     """All distinct attention blocks of a model plus what propagation needs to know."""
@@ -87,6 +93,8 @@ class ModelWeights:
 
     @property
     def shared(self) -> bool:
+        """One block serves every layer (the paper's shared-weight case, ALBERT); what
+        ``weights.h5`` and ``spectra.nc`` record as ``shared`` (:func:`shares_weights`)."""
         return len(self.blocks) == 1 and self.n_layers > 1
 
     @property
@@ -132,8 +140,16 @@ def ov_factors(blk: BlockWeights, n_heads: int, n_kv_heads: int) -> tuple[np.nda
     group = n_heads // n_kv_heads
     d_head = blk.W_V.shape[0] // n_heads
     W_V = blk.W_V.reshape(n_kv_heads, group, d_head, d)[:, 0].reshape(n_kv_heads * d_head, d)
-    W_O = blk.W_O.reshape(d, n_kv_heads, group, d_head).sum(axis=2)
-    return W_O.reshape(d, n_kv_heads * d_head), np.ascontiguousarray(W_V)
+    return grouped_output(blk.W_O, n_heads, n_kv_heads), np.ascontiguousarray(W_V)
+
+
+def grouped_output(W_O: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """W_O' (d, n_kv_heads*d_head) of :func:`ov_factors` from W_O (d, n_heads*d_head)
+    alone: for each key/value head, the sum of the output columns of its query heads."""
+    d, inner = W_O.shape
+    d_head = inner // n_heads
+    W_O = W_O.reshape(d, n_kv_heads, n_heads // n_kv_heads, d_head).sum(axis=2)
+    return W_O.reshape(d, n_kv_heads * d_head)
 
 
 def group_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
@@ -159,3 +175,22 @@ def expand_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
     group = n_heads // n_kv_heads
     shaped = W.reshape(n_kv_heads, 1, W.shape[0] // n_kv_heads, *W.shape[1:])
     return np.repeat(shaped, group, axis=1).reshape(n_heads * shaped.shape[2], *W.shape[1:])
+
+
+def shares_weights(attrs: Mapping[str, Any]) -> bool:
+    """Whether a model's layers share one block of attention weights (the paper's
+    shared-weight case, ALBERT, Figs. 1b and 6), as its file records it.
+
+    ``attrs``: the root attributes of ``weights.h5`` or of ``spectra.nc``, whose writers
+    record :attr:`ModelWeights.shared` (one distinct block, more than one layer) as
+    ``shared``. The one reading of it: the figures, the tables, the series and the
+    reproduction report ask here, not the family adapter or the eigenvalues.
+    ``propagation.nc`` and ``steering.nc`` do not record it (read the model's
+    ``spectra.nc``): ValueError when the attribute is absent.
+    """
+    if SHARED not in attrs:
+        raise ValueError(
+            f"no {SHARED!r} attribute: pass the root attributes of weights.h5 or spectra.nc "
+            "(propagation.nc and steering.nc do not record it)"
+        )
+    return bool(int(attrs[SHARED]))

@@ -1,5 +1,8 @@
-"""The held-out bad-input and fault pass (issue 10): each case where a result was
-silently wrong, data was lost, or an error came late without naming its cause.
+"""Bad inputs and faults that once gave a silently wrong result, lost data, or an error
+that came late without naming its cause (the held-out pass of issue 10): misleading
+random-twin names, an edited cached workbook, an orphaned job, a blow-up that collapses,
+non-finite weights, foreign and stale model folders, settings refused only by a job,
+silent token substitutions, private file modes.
 
 Every test reproduces its case as the issue describes it, checks what happens now, and
 records a ``FAULTS:`` row (test_faults.FaultLog) for docs/faults.md. The workflow runs

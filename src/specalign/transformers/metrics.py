@@ -1,0 +1,323 @@
+"""The paper's alignment metrics of token states, per layer t and token i (Li &
+Altafini, arXiv:2605.25619, Section 3, Figures 2, 4, 5):
+
+* ``gamma_t = |corr(x_i^t, v1_t)|``: alignment after layer t with the principal direction
+  v1_t of F_t (:mod:`specalign.transformers.directions`);
+* ``psi_t = |corr(x_i^t, v1_t)| - |corr(x_i^{t-1}, v1_t)|``: the tilt layer t produces
+  towards its own v1_t;
+* ``rho_t``: the fraction of tokens with ``psi_t > 0``;
+* the same for the mean token of each prompt (``*_mean``), ``|corr(x_i, v2_t)|``,
+  ``|corr(x_i, x_i_proj)|`` and the mean inter-token distance (Figure 4);
+* null levels: the same metrics against random unit directions (several seeded draws,
+  averaged) and against the eigenvector of the most negative eigenvalue of F_t.
+
+Correlation. ``corr="cosine"`` (default) is the cosine of the angle, the quantity the
+power-method analogy is about (tokens on the sphere turning towards v1) and invariant to
+the scale of real hidden states; ``corr="pearson"`` centres both vectors over their d
+components first (the statistical correlation of the coordinate lists, which ignores any
+common offset such as the large constant components of GPT-2's residual stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import xarray as xr
+
+from specalign.transformers.directions import layer_directions, layer_schedule
+from specalign.transformers.linalg import stacked_matmul, unit
+from specalign.transformers.weights import ModelWeights
+
+Corr = Literal["cosine", "pearson"]
+
+__all__ = [
+    "Corr",
+    "alignment",
+    "correlation",
+    "propagation_metrics",
+    "token_distance",
+]
+
+
+def correlation(X: np.ndarray, v: np.ndarray, corr: Corr = "cosine") -> np.ndarray:
+    """Signed correlation of each row of X (..., d) with v (d,) or with matched rows of v.
+
+    ``cosine``: <x, v>/(|x||v|). ``pearson``: the same after subtracting each vector's mean
+    over its d components. Zero-norm vectors give NaN.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    if corr == "pearson":
+        X = X - X.mean(axis=-1, keepdims=True)
+        v = v - v.mean(axis=-1, keepdims=True)
+    elif corr != "cosine":
+        raise ValueError(f"corr must be 'cosine' or 'pearson', got {corr!r}")
+    num = np.einsum("...d,...d->...", X, v)  # no (..., d) temporary for large models
+    den = np.linalg.norm(X, axis=-1) * np.linalg.norm(v, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def token_distance(states: np.ndarray, normalize: bool = True) -> np.ndarray:
+    """Mean pairwise distance ``mean_{i<j} |x_i - x_j|`` per prompt (Figure 4).
+
+    states: (..., n_tokens, d) -> (...). With ``normalize`` the tokens are first put on
+    the unit sphere, so real hidden states and simplified states are on one scale.
+    """
+    X = unit(states) if normalize else np.asarray(states, dtype=np.float64)
+    n = X.shape[-2]
+    if n < 2:
+        return np.full(X.shape[:-2], np.nan)
+    # via the Gram matrix: an explicit (..., n, n, d) difference array would take
+    # gigabytes for 33 layers x 100 prompts of 2560-dim GPT-Neo tokens
+    G = stacked_matmul(X, np.swapaxes(X, -1, -2))
+    sq = np.diagonal(G, axis1=-2, axis2=-1)
+    D = np.sqrt(np.clip(sq[..., :, None] + sq[..., None, :] - 2.0 * G, 0.0, None))
+    iu = np.triu_indices(n, 1)
+    return D[..., iu[0], iu[1]].mean(axis=-1)
+
+
+def _unit_rows(X: np.ndarray, corr: Corr) -> np.ndarray:
+    """Rows of X prepared so that a dot product is the correlation: centred over the d
+    components for Pearson, then divided by their norm (zero rows become NaN)."""
+    X = np.asarray(X, dtype=np.float64)
+    centred = corr == "pearson"
+    if centred:
+        X = X - X.mean(axis=-1, keepdims=True)
+    # the norms a leading slice at a time (each row's own sum: the same values), so that
+    # norm's squared temporary is a slice's, not the states'; and one result array (the
+    # centred copy itself for Pearson) rather than the quotient and its np.where copy:
+    # for the (T + 1, P, N, d) states of a 7B model each is 1.6 GB (issue 14)
+    if X.ndim > 2:
+        norm = np.stack([np.linalg.norm(x, axis=-1, keepdims=True) for x in X])
+    else:
+        norm = np.linalg.norm(X, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.divide(X, np.where(norm > 0, norm, 1.0), out=X if centred else None)
+    out[~(norm[..., 0] > 0)] = np.nan
+    return out
+
+
+def _align(Su: np.ndarray, Mu: np.ndarray, dirs: np.ndarray) -> dict[str, np.ndarray]:
+    """gamma, psi, rho and their mean-token versions against per-layer directions.
+
+    ``Su`` (T+1, P, N, d) and ``Mu`` (T+1, P, d) are the states and the prompts' mean
+    tokens, and ``dirs`` (T, d) the directions, all already passed through
+    :func:`_unit_rows`: the norms are computed once per mode rather than once for every
+    one of the many null directions, which dominated the cost for large models.
+    """
+    T = Su.shape[0] - 1
+    after = np.abs(np.einsum("tpnd,td->tpn", Su[1:], dirs))  # (T, P, N)
+    before = np.abs(np.einsum("tpnd,td->tpn", Su[:-1], dirs))
+    m_after = np.abs(np.einsum("tpd,td->tp", Mu[1:], dirs))
+    m_before = np.abs(np.einsum("tpd,td->tp", Mu[:-1], dirs))
+    psi, psi_m = after - before, m_after - m_before
+    with np.errstate(invalid="ignore"):
+        rho = np.where(np.isnan(psi).all(axis=(1, 2)), np.nan, (psi > 0).mean(axis=(1, 2)))
+        rho_m = np.where(np.isnan(psi_m).all(axis=1), np.nan, (psi_m > 0).mean(axis=1))
+    return {
+        "gamma": after.reshape(T, -1),
+        "psi": psi.reshape(T, -1),
+        "rho": rho,
+        "gamma_mean": m_after,
+        "psi_mean": psi_m,
+        "rho_mean": rho_m,
+    }
+
+
+def alignment(S: np.ndarray, dirs: np.ndarray, corr: Corr = "cosine") -> dict[str, np.ndarray]:
+    """gamma, psi, rho and their mean-token versions of states ``S`` (T+1, P, N, d)
+    against per-layer directions ``dirs`` (T, d): the alignment metrics of
+    :func:`propagation_metrics` for one run, without the nulls (see the module doc)."""
+    S = np.asarray(S, dtype=np.float64)
+    return _align(_unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr), _unit_rows(dirs, corr))
+
+
+def propagation_metrics(
+    mw: ModelWeights,
+    states: Mapping[str, np.ndarray],
+    corr: Corr = "cosine",
+    n_null_draws: int = 8,
+    seed: int = 0,
+    proj: Literal["top2", "v1"] = "top2",
+    normalize_distance: bool = True,
+    directions: Sequence[Mapping[str, Any]] | None = None,
+) -> xr.Dataset:
+    """All per-layer metrics and null levels for several runs ("modes") of one model.
+
+    ``states`` maps a mode name (e.g. "simplified_real", "simplified_full",
+    "real_model") to states (T_mode + 1, n_prompts, n_tokens, d) as returned by
+    :func:`~specalign.transformers.propagate.simplified_forward` /
+    :func:`~specalign.transformers.hf.real_forward_hidden_states`; all modes share the
+    prompts. Layer t is measured against the directions of ``F_t`` (prolonged runs repeat
+    the last layer's); modes shorter than the longest are NaN-padded.
+
+    Dataset layout (dims: ``mode``, ``layer`` = 1..T, ``token`` = prompt-major flattened
+    (prompt, position) with coords ``token_prompt``/``token_position``, ``prompt``,
+    ``state`` = 0..T where state 0 is the input):
+
+    * ``gamma``, ``psi``, ``gamma_v2``, ``corr_proj`` (mode, layer, token)
+    * ``rho``, ``rho_mean`` (mode, layer); ``gamma_mean``, ``psi_mean`` (mode, layer, prompt)
+    * ``token_distance`` (mode, state, prompt)
+    * random-direction nulls, averaged over ``n_null_draws`` unit directions per layer drawn
+      from ``numpy.random.default_rng(seed)`` (the same draws for every mode):
+      ``gamma_null``, ``psi_null`` (mode, layer, token), ``rho_null``, ``rho_mean_null``
+      (mode, layer), ``gamma_mean_null``, ``psi_mean_null`` (mode, layer, prompt)
+    * most-negative-eigenvector nulls with the same dims: ``gamma_neg_null``,
+      ``psi_neg_null``, ``rho_neg_null``, ``gamma_mean_neg_null``, ``psi_mean_neg_null``,
+      ``rho_mean_neg_null``
+    * per-layer eigenvalues ``lambda_v1``, ``lambda_v2``, ``lambda_neg`` and flag
+      ``lambda1_is_complex`` (layer)
+
+    ``corr_proj = |corr(x_i, x_i_proj)|`` with ``x_i_proj`` the orthogonal projection of x_i
+    onto a principal subspace of F_t (Figure 5, third panel). ``proj="v1"`` projects onto
+    span(v1_t); then x_i_proj is a multiple of v1_t and, for cosine correlation,
+    ``corr_proj == gamma`` identically, so it carries no information of its own.
+    ``proj="top2"`` (default) projects onto the real invariant subspace of the two
+    eigenvalues with the largest real part (``top2_basis`` of
+    :func:`~specalign.transformers.directions.principal_directions`: span(v1, v2), or the
+    plane of a complex leading pair), the reading under which the panel measures how much
+    of each token lies in the principal eigenspace.
+
+    The mean token of a prompt is the plain mean of its states (of the raw hidden states
+    for the real model, so larger tokens weigh more).
+    Distances use unit-normalised tokens unless ``normalize_distance=False``.
+    ``directions``: the blocks' directions from ``spectra.nc`` (see
+    :func:`~specalign.transformers.directions.layer_directions`).
+    """
+    if proj not in ("top2", "v1"):
+        raise ValueError(f"proj must be 'top2' or 'v1', got {proj!r}")
+    if n_null_draws < 1:
+        raise ValueError("n_null_draws must be >= 1")
+    T, P, N, d = _states_shape(mw, states)
+    dirs = layer_directions(mw, T, directions)
+    rng = np.random.default_rng(seed)
+    rand = unit(rng.standard_normal((n_null_draws, T, d)))
+    if proj == "v1":
+        bases = np.zeros((T, d, 3))
+        bases[:, :, 0] = dirs["v1"]
+    else:
+        bases = dirs["top2_basis"]
+
+    modes = list(states)
+    sizes = {"mode": len(modes), "layer": T, "token": P * N, "prompt": P, "state": T + 1}
+    out = {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in _METRIC_DIMS.items()}
+    for mi, mode in enumerate(modes):
+        S = np.asarray(states[mode], dtype=np.float64)
+        for k, val in _mode_metrics(S, dirs, rand, bases, corr, normalize_distance).items():
+            out[k][mi, : val.shape[0]] = val
+
+    data_vars: dict[str, Any] = {k: (_METRIC_DIMS[k], arr) for k, arr in out.items()}
+    for k in ("lambda_v1", "lambda_v2", "lambda_neg"):
+        data_vars[k] = (("layer",), dirs[k].astype(np.float64))
+    data_vars["lambda1_is_complex"] = (("layer",), dirs["lambda1_is_complex"].astype(np.int8))
+    coords = {
+        "mode": modes,
+        # layers 1..T as the paper counts them, each with its block (the repeated layer's
+        # past the model's depth); state t is the output of layer t, state 0 the embedding
+        "layer": np.arange(1, T + 1),
+        "layer_block": ("layer", np.array([s[0] for s in layer_schedule(mw, T)], dtype=np.int64)),
+        "state": np.arange(T + 1),
+        "prompt": np.arange(P),
+        "token": np.arange(P * N),
+        "token_prompt": ("token", np.repeat(np.arange(P), N)),
+        "token_position": ("token", np.tile(np.arange(N), P)),
+    }
+    return xr.Dataset(
+        data_vars,
+        coords=coords,
+        attrs={
+            "corr": corr,
+            "n_null_draws": int(n_null_draws),
+            "null_seed": int(seed),
+            "proj": proj,
+            "normalize_distance": int(normalize_distance),
+            "family": mw.family,
+            "source": mw.source,
+            "description": (
+                "Li & Altafini (arXiv:2605.25619) alignment metrics: gamma=|corr(x_t, v1_t)|, "
+                "psi=|corr(x_t, v1_t)|-|corr(x_{t-1}, v1_t)|, rho=P(psi>0); *_mean for the "
+                "mean token of each prompt; *_null against random unit directions, "
+                "*_neg_null against the eigenvector of the most negative eigenvalue."
+            ),
+        },
+    )
+
+
+_PER_TOKEN = ("mode", "layer", "token")
+_PER_LAYER = ("mode", "layer")
+_PER_PROMPT = ("mode", "layer", "prompt")
+#: The dims of each alignment metric of :func:`_align`.
+_ALIGN_DIMS: dict[str, tuple[str, ...]] = {
+    "gamma": _PER_TOKEN,
+    "psi": _PER_TOKEN,
+    "rho": _PER_LAYER,
+    "gamma_mean": _PER_PROMPT,
+    "psi_mean": _PER_PROMPT,
+    "rho_mean": _PER_LAYER,
+}
+#: The dims of every variable of :func:`propagation_metrics`: the alignment metrics
+#: against v1 and their two nulls, then the others.
+_METRIC_DIMS: dict[str, tuple[str, ...]] = {
+    **{k + suffix: dm for suffix in ("", "_null", "_neg_null") for k, dm in _ALIGN_DIMS.items()},
+    "gamma_v2": _PER_TOKEN,
+    "corr_proj": _PER_TOKEN,
+    "token_distance": ("mode", "state", "prompt"),
+}
+
+
+def _states_shape(mw: ModelWeights, states: Mapping[str, np.ndarray]) -> tuple[int, ...]:
+    """(T, n_prompts, n_tokens, d) shared by all modes, T the longest; checked."""
+    if not states:
+        raise ValueError("states is empty")
+    shapes = {m: np.asarray(s).shape for m, s in states.items()}
+    base = next(iter(shapes.values()))
+    for m, sh in shapes.items():
+        if len(sh) != 4 or sh[1:] != base[1:] or sh[-1] != mw.d_model:
+            raise ValueError(
+                f"mode {m!r}: states {sh} must be (T+1, n_prompts, n_tokens, {mw.d_model}) "
+                f"with the same prompts as the others {base}"
+            )
+    T = max(sh[0] for sh in shapes.values()) - 1
+    if T < 1:
+        raise ValueError("states need at least one layer (T + 1 >= 2)")
+    return (T, *base[1:])
+
+
+def _mode_metrics(
+    S: np.ndarray,
+    dirs: Mapping[str, np.ndarray],
+    rand: np.ndarray,
+    bases: np.ndarray,
+    corr: Corr,
+    normalize_distance: bool,
+) -> dict[str, np.ndarray]:
+    """Every metric of one mode's states S (T_m + 1, P, N, d), over its own T_m layers
+    (modes may be shorter: the real model is never prolonged)."""
+    Tm = S.shape[0] - 1
+    Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
+    out = _align(Su, Mu, _unit_rows(dirs["v1"][:Tm], corr))
+    for k, val in _align(Su, Mu, _unit_rows(dirs["v_neg"][:Tm], corr)).items():
+        out[k + "_neg_null"] = val
+    draws = [_align(Su, Mu, _unit_rows(rand[r, :Tm], corr)) for r in range(rand.shape[0])]
+    for k in _ALIGN_DIMS:
+        out[k + "_null"] = np.mean([dr[k] for dr in draws], axis=0)
+    del Su, draws  # the unit rows go before the projections below are made
+    # layer by layer: each value is computed from its own layer's rows alone, so the
+    # temporaries (the projections, Pearson's centred copies, the unit tokens) are one
+    # layer's, not the run's (T + 1) P N d (1.6 GB each for a 7B model; issue 14)
+    P, N = S.shape[1:3]
+    gamma_v2, corr_proj = np.empty((Tm, P * N)), np.empty((Tm, P * N))
+    for t in range(Tm):
+        after = S[t + 1]
+        gamma_v2[t] = np.abs(correlation(after, dirs["v2"][t], corr)).reshape(-1)
+        coef = np.einsum("dk,pnd->pnk", bases[t], after)
+        proj_x = np.einsum("dk,pnk->pnd", bases[t], coef)
+        corr_proj[t] = np.abs(correlation(after, proj_x, corr)).reshape(-1)
+    out["gamma_v2"], out["corr_proj"] = gamma_v2, corr_proj
+    out["token_distance"] = np.stack(
+        [token_distance(S[t], normalize=normalize_distance) for t in range(Tm + 1)]
+    )
+    return out
