@@ -350,6 +350,12 @@ def training_settings(series):
     return {k: v for k, v in spec.items() if k not in ("points", "id", "revisions")}
 
 
+def training_corpus_file(series):
+    """The corpus file a training run reads (none for the standard library's topics)."""
+    corpus = config["transformers"]["series"][series]["corpus"]
+    return [corpus["path"]] if corpus["kind"] == "file" else []
+
+
 def trained_point_inputs(wildcards):
     series = config["transformers"]["models"][wildcards.model]["series"]
     return {
@@ -358,9 +364,36 @@ def trained_point_inputs(wildcards):
     }
 
 
+def diverged_step(run_nc):
+    """The step at which a run's loss turned NaN/inf, from run.nc's attributes (-1: it
+    stayed finite); read with h5py (run.nc is written with the h5netcdf engine) to keep
+    xarray out of the DAG's process."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(run_nc, "r") as f:
+        # h5netcdf stores a scalar attribute as an array of one element
+        return int(np.ravel(f.attrs.get("diverged_step", -1))[0])
+
+
+def usable_points(series):
+    """The points of a series that can be analysed: every point of a hub series; for a
+    run made here, the points below the step at which its loss turned NaN/inf (their
+    checkpoints were never written). Asks Snakemake's checkpoint train_model, so a job
+    that calls this waits for the run and is re-evaluated after it."""
+    points = SERIES_POINTS[series]
+    if series not in TRAINED_SERIES:
+        return points
+    diverged = diverged_step(checkpoints.train_model.get(series=series).output.run)
+    if diverged < 0:
+        return points
+    return [m for m in points if config["transformers"]["models"][m]["step"] < diverged]
+
+
 def series_inputs(wildcards):
-    """The per-point outputs of one series (and its run's record when trained here)."""
-    points = SERIES_POINTS[wildcards.series]
+    """The per-point outputs of one series (the points its run reached) and its run's
+    record when trained here."""
+    points = usable_points(wildcards.series)
     out = {
         "spectra": expand(rules.spectra.output[0], model=points),
         "propagation": expand(rules.propagate.output[0], model=points),

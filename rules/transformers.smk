@@ -53,10 +53,15 @@ rule random_model:
         "../scripts/transformers/random_model.py"
 
 
-rule train_model:
+checkpoint train_model:
     # A small transformer trained here, offline (transformers.series, source trained):
     # checkpoints at step 0 and log-spaced steps in the save_pretrained layout, and the
-    # run's record (losses per step, held-out unigram entropy, divergence).
+    # run's record (losses per step, held-out unigram entropy, divergence). A checkpoint
+    # (Snakemake's): series_training reads run.nc's divergence after it ran and leaves
+    # out the points the run never reached (usable_points).
+    input:
+        # a corpus file (corpus.kind file): editing it reruns the training
+        corpus=lambda w: training_corpus_file(w.series),
     output:
         run=results_path("transformers/series/{series}/run.nc"),
         checkpoints=directory(f"{MODEL_CACHE}/{{series}}.checkpoints"),
@@ -370,7 +375,12 @@ rule series_training:
         series=name_regex(SERIES),
     params:
         steps=lambda w: [
-            config["transformers"]["models"][m]["step"] for m in SERIES_POINTS[w.series]
+            config["transformers"]["models"][m]["step"] for m in usable_points(w.series)
+        ],
+        unused=lambda w: [
+            config["transformers"]["models"][m]["step"]
+            for m in SERIES_POINTS[w.series]
+            if m not in usable_points(w.series)
         ],
         source=lambda w: config["transformers"]["series"][w.series]["source"],
         plots=canonical_json(config["plots"]),

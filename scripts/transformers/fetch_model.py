@@ -7,7 +7,8 @@ from specalign.workflow import log, run_script
 
 
 def main(smk):
-    spec = sources.source_spec(json.loads(smk.params.spec))
+    configured = json.loads(smk.params.spec)
+    spec = sources.source_spec(configured)
     model_dir = sources.resolve_model_dir(spec, cache_dir=smk.params.cache)
     info = sources.provenance(spec, model_dir)
     log.info("%s -> %s (%s)", smk.wildcards.model, model_dir, info)
@@ -23,7 +24,9 @@ def main(smk):
     # quantization scheme, a layer lacking a tensor (one line naming file and tensor).
     checkpoint.check_checkpoint(model_dir, families.adapter_for(config).n_blocks)
     checkpoint.check_transformers_can_load(config, model_dir / "config.json")
-    contracts.write_manifest(smk.output[0], model_dir, {**info, "spec": spec})
+    # a point of a checkpoint series (transformers.series) says which, beside its commit
+    point = {k: configured[k] for k in ("series", "step") if configured.get("series")}
+    contracts.write_manifest(smk.output[0], model_dir, {**info, **point, "spec": spec})
 
 
 run_script(snakemake, main)  # noqa: F821

@@ -19,7 +19,14 @@ def main(smk):
     run = io.read_netcdf(smk.input.run[0]) if "run" in smk.input.keys() else None
     name = smk.wildcards.series
     ds = series.series_dataset(
-        name, list(smk.params.steps), read, prop, steer, run=run, source=smk.params.source
+        name,
+        list(smk.params.steps),
+        read,
+        prop,
+        steer,
+        run=run,
+        source=smk.params.source,
+        unused_steps=list(smk.params.unused),
     )
     io.write_netcdf(smk.output.data, ds)
     table = series.series_table(ds)

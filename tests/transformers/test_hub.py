@@ -389,3 +389,87 @@ def test_download_fetches_data_files_only(online, tmp_path):
     assert {"config.json", "model.safetensors", "tokenizer_config.json", "vocab.json"} <= names
     assert not names & {"consolidated.safetensors", "tokenizer.py", "vocab.py",
                         "tokenization_x.py"}, names  # fmt: skip
+
+
+# ------------------------------------------------------- a checkpoint series, Pythia-named
+
+
+@pytest.fixture(scope="module")
+def pythia_like(tmp_path_factory):
+    """olah serving ``tiny/pythia-like``: a tiny GPT-NeoX (Pythia's family) with one
+    branch per training step, named as EleutherAI names Pythia's (``step0``, ``step1``,
+    ``step8``), each its own commit with its own weights. Branch -> commit."""
+    cli = olah_cli()
+    if cli is None:
+        message = "olah-cli not found: set OLAH_CLI (pip install olah==0.5.4 in its own venv)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + "; .ci/run installs it")
+        pytest.skip(message)
+    from hub_mirror import _T0, _commit, _git, _new_repo, _refs
+
+    root = tmp_path_factory.mktemp("olah_series")
+    repo = _new_repo(root / "mirrors", "pythia-like")
+    _commit(save_tiny("gpt_neox", repo, seed=100), "main", _T0)
+    for k, step in enumerate((0, 1, 8)):
+        _git(repo, "checkout", "-q", "-b", f"step{step}", "main")
+        _commit(save_tiny("gpt_neox", repo, seed=step), f"step {step}", _T0 + 60 * (k + 1))
+    _git(repo, "checkout", "-q", "main")
+    server = OlahServer(cli, root, probe_repo="tiny/pythia-like").start()
+    yield server, {k: v for k, v in _refs(repo).items() if k.startswith("step")}
+    server.stop()
+
+
+@pytest.mark.pipeline
+def test_workflow_hub_series_end_to_end(repo, pythia_like, tmp_path):
+    """``{source: hub, id, revisions: [step0, step1, step8]}`` end to end through the mirror:
+    every point's manifest records its series, step and resolved commit, and training.nc
+    sets them along the step. A second series naming a branch the repository lacks:
+    that point fails with one line naming the revision; its other point still runs."""
+    server, branches = pythia_like
+    series = {
+        "py": {"source": "hub", "id": "tiny/pythia-like", "revisions": ["step8", "step0", "step1"]},
+        "gone": {"source": "hub", "id": "tiny/pythia-like", "revisions": ["step1", "step404"]},
+    }
+    tcfg = {
+        "cache": "models",
+        "models": {},
+        "series": series,
+        "steering": {"target_id": 1, "c": [2.0], "methods": ["min_norm"]},
+        "prompts": {"kind": "random", "n_prompts": 3, "n_tokens": 6, "seed": 0},
+        "propagation": {"prolonged_layers": 4, "null_draws": 2},
+    }
+    cfg = {"threads": 1, "transformers": tcfg, "plots": {"formats": ["png"], "dpi": 40}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    # the series' own outputs and the other series' points (not every per-model table)
+    targets = [
+        "results/transformers/series/py/training.nc",
+        "results/transformers/gone_step1/steering.nc",
+        "models/gone_step404/manifest.json",
+    ]
+    out = run_snakemake(
+        repo, tmp_path, *targets, "--keep-going", check=False,
+        env=_workflow_env(server.endpoint), timeout=1800,
+    )  # fmt: skip
+    for step in (0, 1, 8):
+        manifest = json.loads((tmp_path / f"models/py_step{step}/manifest.json").read_text())
+        assert (manifest["series"], manifest["step"]) == ("py", step)
+        assert manifest["revision"] == branches[f"step{step}"], manifest
+        assert Path(manifest["path"]).name == branches[f"step{step}"]
+    import xarray as xr
+
+    with xr.open_dataset(tmp_path / "results/transformers/series/py/training.nc") as ds:
+        assert list(ds["step"].values) == [0, 1, 8]
+        assert ds.attrs["source"] == "hub"
+        # three commits, three models: the spectra differ from step to step
+        radius = ds["spectral_radius"].values
+        assert np.isfinite(radius).all() and not np.allclose(radius[0], radius[1])
+    # the revision that does not exist: one line naming it (olah answers an unknown
+    # revision as an unknown repository; the hub's own answer is test_unknown_revision's)
+    assert "Error in rule fetch_model" in out
+    log = (tmp_path / "logs/transformers/gone_step404/fetch_model.log").read_text()
+    (error,) = {line for line in log.splitlines() if line.startswith("specalign.")}
+    assert "'tiny/pythia-like'" in error and "'step404'" in error, error
+    assert not (tmp_path / "models/gone_step404/manifest.json").exists()
+    gone1 = json.loads((tmp_path / "models/gone_step1/manifest.json").read_text())
+    assert gone1["revision"] == branches["step1"]
+    assert (tmp_path / "results/transformers/gone_step1/steering.nc").is_file()

@@ -78,3 +78,115 @@ def test_reruns(repo, series_run):
     assert jobs["train_model"] == 1
     assert jobs["trained_checkpoint"] == 2 and jobs["series_training"] == 1
     (workdir / "config.yaml").write_text(yaml.safe_dump(_config(series)))
+
+
+def test_diverged_run_recorded_and_later_points_left_out(repo, tmp_path):
+    """A run whose loss turns NaN/inf: training.nc is still built from the points below
+    the divergence, records the step and the points left out, and the report names it;
+    the left-out points' own jobs fail with one line each (the run goes on with
+    --keep-going, as for a hub revision that does not exist)."""
+    # lr 1e20 without clipping: the first update throws the weights to inf, so step 1's
+    # checkpoint is not finite or step 2's loss is not
+    run = dict(RUN, family="gpt2", vocab_size=300, lr=1e20, clip=1e20, warmup=0,
+               points=[0, 1, 2, 4])  # fmt: skip
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(_config({"d": run})))
+    out = run_snakemake(repo, tmp_path, "--keep-going", check=False)
+    with xr.open_dataset(tmp_path / "results/transformers/series/d/run.nc") as rec:
+        diverged = int(rec.attrs["diverged_step"])
+    assert 1 <= diverged <= 2, out[-3000:]
+    with xr.open_dataset(tmp_path / "results/transformers/series/d/training.nc") as ds:
+        assert int(ds.attrs["diverged_step"]) == diverged
+        assert list(ds["step"].values) == [s for s in (0, 1, 2, 4) if s < diverged]
+        unused = [s for s in (0, 1, 2, 4) if s >= diverged]
+        assert ds.attrs["unused_steps"] == ", ".join(map(str, unused))
+        assert np.isfinite(ds["heldout_loss"].values).all()
+    for step in unused:
+        assert not (tmp_path / f"resources/models/d_step{step}/manifest.json").exists()
+        assert f"checkpoint step {step} was not written and is not used" in out
+    report = (tmp_path / "results/reproduction.md").read_text()
+    assert f"**diverged** at step {diverged}" in report
+    assert f"points not analysed: steps {', '.join(map(str, unused))}" in report
+
+
+def test_training_nc_values_are_the_points_values(series_run):
+    """training.nc's cross-checkpoint metrics, read back against each point's own
+    spectra.nc, propagation.nc and steering.nc (not the same code path: the values are
+    recomputed here from the per-point files with xarray)."""
+    workdir, series = series_run
+    for name in series:
+        with xr.open_dataset(workdir / f"results/transformers/series/{name}/training.nc") as ds:
+            ds = ds.load()
+        n_layers = ds.sizes["layer"]
+        for step in ds["step"].values:
+            at = ds.sel(step=step)
+            point = workdir / f"results/transformers/{name}_step{int(step)}"
+            with xr.open_dataset(point / "spectra.nc") as spec:
+                lb = spec["layer_block"].values.astype(int)
+                radius = spec["spectral_radius"].values[lb]
+                np.testing.assert_allclose(at["spectral_radius"].values, radius[:n_layers])
+            with xr.open_dataset(point / "propagation.nc") as prop:
+                for mode in ds["mode"].values:
+                    pm = prop.sel(mode=mode)
+                    # the layers this mode has: where its random-direction null is defined
+                    has = np.isfinite(pm["gamma_null"]).any("token").values
+                    layers = pm.isel(layer=np.flatnonzero(has))
+                    np.testing.assert_allclose(
+                        float(at["gamma"].sel(mode=mode)),
+                        float(layers["gamma"].mean(skipna=True)),
+                        rtol=1e-12,
+                    )
+                    psi = layers["psi"].mean("token", skipna=True).values[:n_layers]
+                    np.testing.assert_allclose(
+                        at["psi_layer"].sel(mode=mode).values[: len(psi)], psi, rtol=1e-12
+                    )
+                    excess = (layers["rho"] - layers["rho_null"]).values[:n_layers]
+                    np.testing.assert_allclose(
+                        at["rho_minus_null_layer"].sel(mode=mode).values[: len(excess)],
+                        excess,
+                        rtol=1e-12,
+                    )
+            with xr.open_dataset(point / "steering.nc") as steer:
+                for method in ds["method"].values:
+                    for c in ds["c"].values:
+                        # a mapping: `method` is also .sel's own keyword
+                        g = steer["gamma_u"].sel({"method": method, "c": c})
+                        gain = (g.sel(variant="steered") - g.sel(variant="original")).mean(
+                            skipna=True
+                        )
+                        np.testing.assert_allclose(
+                            float(at["steer_gain"].sel({"method": method, "c": c})), float(gain),
+                            rtol=1e-12,
+                        )  # fmt: skip
+        with xr.open_dataset(workdir / f"results/transformers/series/{name}/run.nc") as run:
+            ck = list(run["checkpoint"].values)
+            for step in ds["step"].values:
+                np.testing.assert_allclose(
+                    float(ds["heldout_loss"].sel(step=step)),
+                    float(run["heldout_loss"].values[ck.index(step)]),
+                )
+
+
+def test_reruns_on_the_corpus(repo, series_run):
+    """The corpus is a training setting: another corpus reruns the training of that series
+    (and what depends on it), and so does an edit of a corpus file's text."""
+    import time
+
+    from specalign.transformers import training
+
+    workdir, series = series_run
+    corpus = workdir / "corpus.txt"
+    docs = training.load_corpus({"kind": "pydoc_topics"})[:30]
+    corpus.write_text("\n\n".join(docs) + "\n")
+    moved = {**series, "a": dict(series["a"], corpus={"kind": "file", "path": str(corpus)})}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(_config(moved)))
+    jobs = planned_jobs(repo, workdir)
+    assert jobs["train_model"] == 1 and jobs["trained_checkpoint"] == 2
+    assert jobs["series_training"] == 1
+    # (last in this module: it leaves series a trained on the file)
+    run_snakemake(repo, workdir, "results/transformers/series/a/run.nc")
+    assert "train_model" not in planned_jobs(repo, workdir)
+    time.sleep(1.1)  # a later modification time than run.nc's
+    corpus.write_text("\n\n".join(reversed(docs)) + "\n")
+    jobs = planned_jobs(repo, workdir)
+    assert jobs["train_model"] == 1 and jobs["series_training"] == 1
+    (workdir / "config.yaml").write_text(yaml.safe_dump(_config(series)))

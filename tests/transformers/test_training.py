@@ -136,3 +136,33 @@ def test_unigram_entropy():
     ids = np.array([[1, 1, 2, 2]])
     assert training.unigram_entropy(ids) == pytest.approx(math.log(2))
     assert training.unigram_entropy(ids, exclude=np.array([[True, False, True, True]])) == 0.0
+
+
+@pytest.mark.parametrize("family", ["albert", "bert"])
+def test_output_bias_starts_at_the_log_prior(tmp_path, family):
+    """The masked-LM head's bias starts at the training tokens' log-frequencies, and
+    nothing else of the initialisation moves: step 0 already predicts as the training
+    unigram does (far below log V on real text), while the blocks are the family's."""
+    import torch
+    from safetensors.torch import load_file
+
+    run = {**_run(None, family), "corpus": {"kind": "pydoc_topics"}, "vocab_size": 500,
+           "steps": 1, "heldout_blocks": 16}  # fmt: skip
+    res = training.train_run(run, tmp_path / "ck")
+    assert res.heldout_loss[0] < 0.8 * math.log(res.vocab_size)
+    assert res.heldout_loss[0] > 0.9 * res.heldout_unigram_entropy
+    init = load_file(tmp_path / "ck" / "step0" / "model.safetensors")
+    # the same seed without the bias: every other tensor identical
+    docs = training.load_corpus(run["corpus"])
+    train_docs, _ = training.split_documents(docs, run["heldout_fraction"], run["split_seed"])
+    tok = training.train_tokenizer(train_docs, family, run["vocab_size"])
+    blocks = training.make_blocks(tok, train_docs, family, run["seq_len"])
+    specials = {k: tok.token_to_id(f"[{k.upper()}]") for k in ("pad", "cls", "sep", "mask")}
+    torch.manual_seed(run["seed"])
+    plain = training._model_class(family)(training.model_config(run, res.vocab_size, specials))
+    plain_state = plain.state_dict()
+    changed = [k for k in init if not torch.equal(init[k], plain_state[k])]
+    assert changed and all(k.endswith("bias") and "predictions" in k for k in changed), changed
+    counts = np.bincount(blocks.ids[~blocks.special], minlength=res.vocab_size) + 1.0
+    logp = np.log(counts / counts.sum())
+    np.testing.assert_allclose(init[changed[0]].numpy(), logp - logp.mean(), rtol=1e-6)

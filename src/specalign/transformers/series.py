@@ -115,9 +115,12 @@ def series_dataset(
     source: str = "",
     n_boot: int = N_BOOT,
     seed: int = 0,
+    unused_steps: Sequence[int] = (),
 ) -> xr.Dataset:
     """``training.nc`` of one series: every claim's metric against ``step`` (see the
-    module docstring). ``run`` is the record of a run made here (``run.nc``)."""
+    module docstring). ``run`` is the record of a run made here (``run.nc``);
+    ``unused_steps`` the configured points left out because the run diverged before them
+    (recorded in the attribute of that name beside ``diverged_step``)."""
     order = np.argsort(np.asarray(steps))
     steps = [int(steps[i]) for i in order]
     spectra = [spectra[i] for i in order]
@@ -301,6 +304,8 @@ def series_dataset(
         "gamma_converged": GAMMA_CONVERGED,
         "rate_tol": RATE_TOL,
         "diverged_step": -1,
+        # a comma-separated list: netCDF attributes hold no empty arrays
+        "unused_steps": ", ".join(str(int(u)) for u in sorted(unused_steps)),
     }
     if run is not None:
         ck = [int(c) for c in run["checkpoint"].values]
@@ -564,9 +569,11 @@ def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
                 f"entropy {h:.3f} (step 0: {float(ds['heldout_loss'][0]):.3f}): {verdict}."
             )
         if int(ds.attrs.get("diverged_step", -1)) >= 0:
+            unused = str(ds.attrs.get("unused_steps", ""))
             lines.append(
-                f"  - **diverged** at step {int(ds.attrs['diverged_step'])}: later "
-                "checkpoints not used."
+                f"  - **diverged** at step {int(ds.attrs['diverged_step'])} (loss not finite): "
+                "later checkpoints not used"
+                + (f"; configured points not analysed: steps {unused}." if unused else ".")
             )
         for mode in ds["mode"].values:
             c = claim1_over_training(ds, str(mode))
