@@ -78,7 +78,7 @@ def test_every_figure_caption_includes_the_caption_its_job_wrote(repo: Path) -> 
     writes it beside the figure (``<stem>.caption.rst``); the report's template includes
     it, or those numbers reach only the job's log. Every rule that reports figures
     (``figures=reported(...)``) declares that file an output and its templates read it."""
-    blocks = re.split(r"^rule ", _rule_texts(repo), flags=re.M)[1:]
+    blocks = re.split(r"^(?:rule|checkpoint) ", _rule_texts(repo), flags=re.M)[1:]
     figure_rules = {b.split(":")[0]: b for b in blocks if "figures=reported(" in b}
     assert {"transformer_model_figures", "transformer_overview", "commutator_figure",
             "series_training"} <= set(figure_rules)  # fmt: skip

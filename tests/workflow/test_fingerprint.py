@@ -138,10 +138,13 @@ def test_missing_script_is_an_error(tmp_path):
 
 
 def _rule_scripts(repo: Path) -> dict[str, Path]:
-    """rule name -> script, read from rules/*.smk (scripts are relative to rules/)."""
+    """rule name -> script, read from rules/*.smk (scripts are relative to rules/);
+    a Snakemake ``checkpoint`` (train_model) is a rule too."""
     out = {}
     for smk in sorted((repo / "rules").glob("*.smk")):
-        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M):
+        for name, body in re.findall(
+            r"^(?:rule|checkpoint) (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M
+        ):
             hit = re.search(r"script:\s*\n\s*\"([^\"]+)\"", body)
             if hit:
                 out[name] = (repo / "rules" / hit.group(1)).resolve()
