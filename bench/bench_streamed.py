@@ -299,9 +299,9 @@ def run_job(
         )
         mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)
         dirs = spectra.block_directions(read_netcdf(folder / "spectra.nc"), "spectra.nc")
-        states = prop.propagation_states(mw, hidden, PAPER_ETA, cfg_p)
-        info["modes"] = {m: list(np.shape(s)) for m, s in states.items()}
-        ds = prop.propagation_dataset(mw, states, cfg_p, seed=0, directions=dirs)
+        run = prop.propagation_run(mw, hidden, PAPER_ETA, cfg_p, seed=0, directions=dirs)
+        info["modes"] = run.layers
+        ds = run.dataset
         write_netcdf(folder / "propagation.nc", ds, headline=("gamma", "psi", "rho"))
         info["nc_bytes"] = (folder / "propagation.nc").stat().st_size
     elif job == "steer":  # the rule's kernel (scripts/transformers/steer.py)

@@ -1,24 +1,20 @@
 """Token propagation through the simplified and the real model, with null levels."""
 
-import numpy as np
-
 from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
 from specalign.transformers import contracts, hf, lineage, propagate, spectra
 from specalign.workflow import LogProgress, log, param_json, run_script
 
 
-def nonfinite_hint(states, model_dir):
+def nonfinite_hint(first_nonfinite, model_dir):
     """Where the token states first stop being finite, for the error message when every
     metric is NaN."""
-    for mode, s in states.items():
-        for t in range(s.shape[0]):
-            if not np.isfinite(s[t]).all():
-                where = "the embedding output" if t == 0 else f"layer {t}"
-                return (
-                    f"the {mode} token states are not finite from {where} on; fix: check "
-                    f"the embeddings and weights of {model_dir} for NaN or inf"
-                )
+    for mode, t in first_nonfinite.items():
+        where = "the embedding output" if t == 0 else f"layer {t}"
+        return (
+            f"the {mode} token states are not finite from {where} on; fix: check "
+            f"the embeddings and weights of {model_dir} for NaN or inf"
+        )
     return f"every token state is finite: check the weights of {model_dir}"
 
 
@@ -50,14 +46,19 @@ def main(smk):
     # a block at a time: each simplified run reads the blocks as it reaches them
     mw = contracts.read_weights_h5(smk.input.weights, lazy=True)
     directions = spectra.block_directions(spectra_ds, smk.input.spectra)
-    states = propagate.propagation_states(
-        mw, hidden, settings["eta"], cfg, progress=LogProgress(2, "simplified runs", every=0.0)
+    # each state is reduced to its metrics as it is computed: the runs are never held
+    run = propagate.propagation_run(
+        mw,
+        hidden,
+        settings["eta"],
+        cfg,
+        seed=int(settings["prompts"]["seed"]),
+        directions=directions,
+        progress=LogProgress(2, "simplified runs", every=0.0),
     )
-    for mode, s in states.items():
-        log.info("mode %s: %d layers", mode, s.shape[0] - 1)
-    ds = propagate.propagation_dataset(
-        mw, states, cfg, seed=int(settings["prompts"]["seed"]), directions=directions
-    )
+    for mode, n in run.layers.items():
+        log.info("mode %s: %d layers", mode, n)
+    ds = run.dataset
     ds.attrs.update(
         model=smk.wildcards.model,
         eta=float(settings["eta"]),
@@ -66,7 +67,10 @@ def main(smk):
         made_from=lineage.record(smk.input.manifest, manifest, settings=settings),
     )
     write_netcdf(
-        smk.output[0], ds, headline=("gamma", "psi", "rho"), hint=nonfinite_hint(states, model_dir)
+        smk.output[0],
+        ds,
+        headline=("gamma", "psi", "rho"),
+        hint=nonfinite_hint(run.first_nonfinite, model_dir),
     )
 
 

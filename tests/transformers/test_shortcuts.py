@@ -24,7 +24,7 @@ from specalign.transformers.weights import BlockWeights, ModelWeights
 D, ETA = 12, 0.5
 
 
-def _weights(n_layers: int, shared: bool, causal: bool, seed: int) -> ModelWeights:
+def _weights(n_layers: int, shared: bool, causal: bool, seed: int, D: int = D) -> ModelWeights:
     rng = np.random.default_rng(seed)
 
     def block() -> BlockWeights:
@@ -85,6 +85,65 @@ def test_propagation_with_stored_directions_and_one_pass_is_the_direct_result(na
     fast = prop.propagation_dataset(mw, states, cfg, seed=0, directions=stored)
     direct = prop.propagation_dataset(mw, states, cfg, seed=0)
     xr.testing.assert_identical(fast, direct)
+
+
+@pytest.mark.parametrize("corr", ["cosine", "pearson"])
+@pytest.mark.parametrize("name", MODELS)
+def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
+    """The rule's pass (each state reduced as it is computed) against the states of
+    every mode computed first and measured together, and its alignment metrics against
+    ``metrics.alignment`` of each whole run (whole-array operations)."""
+    mw = MODELS[name]()
+    hidden = np.random.default_rng(5).standard_normal((mw.n_layers + 1, 3, 4, D))
+    cfg = {"prolonged_layers": mw.n_layers + 4, "corr": corr, "null_draws": 3}
+    run = prop.propagation_run(mw, hidden.astype(np.float32), ETA, cfg, seed=2)
+    states = prop.propagation_states(mw, hidden.astype(np.float32), ETA, cfg)
+    xr.testing.assert_identical(run.dataset, prop.propagation_dataset(mw, states, cfg, seed=2))
+    assert run.layers == {m: s.shape[0] - 1 for m, s in states.items()}
+    assert list(run.dataset.mode.values) == list(states)
+    assert run.first_nonfinite == {}
+    v1 = directions.layer_directions(mw, cfg["prolonged_layers"])["v1"]
+    for mode, S in states.items():
+        whole = metrics.alignment(S, v1[: S.shape[0] - 1], corr)
+        got = run.dataset.sel(mode=mode).isel(layer=slice(0, S.shape[0] - 1))
+        for k in ("gamma", "psi", "rho", "gamma_mean", "psi_mean", "rho_mean"):
+            np.testing.assert_array_equal(got[k].values, whole[k], err_msg=f"{mode} {k}")
+
+
+def test_streamed_propagation_never_holds_a_run():
+    """Peak traced memory of the rule's pass, its outputs included, stays below one
+    simplified run's states (T + 1 of every token in float64): a whole-run pass holds
+    two runs and their unit rows. At a width where the states dominate, as in the
+    models the bound is for."""
+    import tracemalloc
+
+    d, P, N, T = 480, 4, 8, 100
+    mw = _weights(2, shared=True, causal=False, seed=8, D=d)
+    hidden = np.random.default_rng(6).standard_normal((mw.n_layers + 1, P, N, d))
+    cfg = {"prolonged_layers": T, "corr": "cosine", "null_draws": 2}
+    one_run = (T + 1) * P * N * d * 8
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        ds = prop.propagation_run(mw, hidden, ETA, cfg, seed=0).dataset
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert ds.sizes["layer"] == T
+    assert peak < one_run, (peak, one_run)
+
+
+def test_streamed_propagation_names_the_first_state_that_is_not_finite():
+    mw = MODELS["distinct_causal"]()
+    hidden = np.random.default_rng(7).standard_normal((mw.n_layers + 1, 2, 3, D))
+    hidden[2, 1, 0, 4] = np.nan
+    cfg = {"prolonged_layers": mw.n_layers, "corr": "cosine", "null_draws": 1}
+    run = prop.propagation_run(mw, hidden, ETA, cfg, seed=0)
+    assert run.first_nonfinite == {"real_model": 2}
+    hidden[0, 0, 0, 0] = np.inf  # the embedding output: every simplified run starts there
+    run = prop.propagation_run(mw, hidden, ETA, cfg, seed=0)
+    assert run.first_nonfinite == dict.fromkeys(run.layers, 0)
 
 
 def test_simplified_forward_continues_a_run_exactly():

@@ -186,64 +186,195 @@ def propagation_metrics(
     Distances use unit-normalised tokens unless ``normalize_distance=False``.
     ``directions``: the blocks' directions from ``spectra.nc`` (see
     :func:`~specalign.transformers.directions.layer_directions`).
+
+    The states are consumed one at a time by :class:`MetricsStream`, which the propagate
+    rule feeds as the states are computed; this function feeds it from arrays.
     """
-    if proj not in ("top2", "v1"):
-        raise ValueError(f"proj must be 'top2' or 'v1', got {proj!r}")
-    if n_null_draws < 1:
-        raise ValueError("n_null_draws must be >= 1")
-    T, P, N, d = _states_shape(mw, states)
-    dirs = layer_directions(mw, T, directions)
-    rng = np.random.default_rng(seed)
-    rand = unit(rng.standard_normal((n_null_draws, T, d)))
-    if proj == "v1":
-        bases = np.zeros((T, d, 3))
-        bases[:, :, 0] = dirs["v1"]
-    else:
-        bases = dirs["top2_basis"]
-
-    modes = list(states)
-    sizes = {"mode": len(modes), "layer": T, "token": P * N, "prompt": P, "state": T + 1}
-    out = {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in _METRIC_DIMS.items()}
-    for mi, mode in enumerate(modes):
-        S = np.asarray(states[mode], dtype=np.float64)
-        for k, val in _mode_metrics(S, dirs, rand, bases, corr, normalize_distance).items():
-            out[k][mi, : val.shape[0]] = val
-
-    data_vars: dict[str, Any] = {k: (_METRIC_DIMS[k], arr) for k, arr in out.items()}
-    for k in ("lambda_v1", "lambda_v2", "lambda_neg"):
-        data_vars[k] = (("layer",), dirs[k].astype(np.float64))
-    data_vars["lambda1_is_complex"] = (("layer",), dirs["lambda1_is_complex"].astype(np.int8))
-    coords = {
-        "mode": modes,
-        # layers 1..T as the paper counts them, each with its block (the repeated layer's
-        # past the model's depth); state t is the output of layer t, state 0 the embedding
-        "layer": np.arange(1, T + 1),
-        "layer_block": ("layer", np.array([s[0] for s in layer_schedule(mw, T)], dtype=np.int64)),
-        "state": np.arange(T + 1),
-        "prompt": np.arange(P),
-        "token": np.arange(P * N),
-        "token_prompt": ("token", np.repeat(np.arange(P), N)),
-        "token_position": ("token", np.tile(np.arange(N), P)),
-    }
-    return xr.Dataset(
-        data_vars,
-        coords=coords,
-        attrs={
-            "corr": corr,
-            "n_null_draws": int(n_null_draws),
-            "null_seed": int(seed),
-            "proj": proj,
-            "normalize_distance": int(normalize_distance),
-            "family": mw.family,
-            "source": mw.source,
-            "description": (
-                "Li & Altafini (arXiv:2605.25619) alignment metrics: gamma=|corr(x_t, v1_t)|, "
-                "psi=|corr(x_t, v1_t)|-|corr(x_{t-1}, v1_t)|, rho=P(psi>0); *_mean for the "
-                "mean token of each prompt; *_null against random unit directions, "
-                "*_neg_null against the eigenvector of the most negative eigenvalue."
-            ),
-        },
+    T, P, N, _ = _states_shape(mw, states)
+    stream = MetricsStream(
+        mw,
+        {mode: np.shape(s)[0] - 1 for mode, s in states.items()},
+        P,
+        N,
+        corrs=(corr,),
+        n_null_draws=n_null_draws,
+        seed=seed,
+        proj=proj,
+        normalize_distance=normalize_distance,
+        directions=directions,
     )
+    for mode, S in states.items():
+        for X in S:
+            stream.add(mode, X)
+    return stream.dataset(corr)
+
+
+class MetricsStream:
+    """The metrics of :func:`propagation_metrics`, computed as the states arrive.
+
+    Every value of layer t is a function of its own two states, x^{t-1} and x^t (psi_t
+    compares them against v1_t; gamma_t, the projections and the distances read one),
+    so a mode's states are added one at a time, ``add(mode, X)`` with X (n_prompts,
+    n_tokens, d) for state 0, 1, ..., T_mode in order, and only the previous state's
+    unit rows are kept. A run of T + 1 states is never held: at Llama-3-70B's width a
+    48-layer run of 1000 tokens is 3.2 GB in float64, per mode (issue 14). Each layer is
+    computed by the same operations, on the same rows, as a whole run would be, so the
+    values are those of the run (bit for bit).
+
+    ``modes`` maps each mode to its number of layers T_mode, in the dataset's order;
+    ``corrs`` are the correlations computed in the one pass (the propagate rule writes
+    both). ``first_nonfinite[mode]`` is the first state with a NaN or inf, if any.
+    """
+
+    def __init__(
+        self,
+        mw: ModelWeights,
+        modes: Mapping[str, int],
+        n_prompts: int,
+        n_tokens: int,
+        corrs: Sequence[Corr] = ("cosine",),
+        n_null_draws: int = 8,
+        seed: int = 0,
+        proj: Literal["top2", "v1"] = "top2",
+        normalize_distance: bool = True,
+        directions: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        if proj not in ("top2", "v1"):
+            raise ValueError(f"proj must be 'top2' or 'v1', got {proj!r}")
+        if n_null_draws < 1:
+            raise ValueError("n_null_draws must be >= 1")
+        if not modes:
+            raise ValueError("states is empty")
+        T = max(modes.values())
+        if T < 1:
+            raise ValueError("states need at least one layer (T + 1 >= 2)")
+        self.mw, self.T, self.P, self.N = mw, T, int(n_prompts), int(n_tokens)
+        self.modes = dict(modes)
+        self.corrs = tuple(corrs)
+        self.n_null_draws, self.seed, self.proj = int(n_null_draws), int(seed), proj
+        self.normalize_distance = bool(normalize_distance)
+        self.dirs = layer_directions(mw, T, directions)
+        rng = np.random.default_rng(seed)
+        self.rand = unit(rng.standard_normal((n_null_draws, T, mw.d_model)))
+        if proj == "v1":
+            self.bases = np.zeros((T, mw.d_model, 3))
+            self.bases[:, :, 0] = self.dirs["v1"]
+        else:
+            self.bases = self.dirs["top2_basis"]
+        sizes = {"mode": len(modes), "layer": T, "token": self.P * self.N, "prompt": self.P}
+        sizes["state"] = T + 1
+        self.out = {
+            c: {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in _METRIC_DIMS.items()}
+            for c in self.corrs
+        }
+        self.n_added = dict.fromkeys(modes, 0)
+        self.first_nonfinite: dict[str, int] = {}
+        self._prev: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+    def add(self, mode: str, X: np.ndarray) -> None:
+        """The next state of ``mode`` (state 0 first), (n_prompts, n_tokens, d)."""
+        if mode not in self.modes:
+            raise ValueError(f"mode {mode!r} is not one of {list(self.modes)}")
+        t = self.n_added[mode]
+        if t > self.modes[mode]:
+            raise ValueError(f"mode {mode!r} has {self.modes[mode]} layers: no state {t}")
+        S = np.asarray(X, dtype=np.float64)
+        if S.shape != (self.P, self.N, self.mw.d_model):
+            raise ValueError(
+                f"mode {mode!r} state {t}: {S.shape} must be "
+                f"({self.P}, {self.N}, {self.mw.d_model})"
+            )
+        if mode not in self.first_nonfinite and not np.isfinite(S).all():
+            self.first_nonfinite[mode] = t
+        mi = list(self.modes).index(mode)
+        for corr in self.corrs:
+            out = self.out[corr]
+            # as a whole run's rows would be: the leading axis is the state's
+            Su, Mu = _unit_rows(S[None], corr)[0], _unit_rows(S[None].mean(axis=2), corr)[0]
+            out["token_distance"][mi, t] = token_distance(S, normalize=self.normalize_distance)
+            if t > 0:
+                self._layer(out, mi, t - 1, self._prev[(corr, mode)], (Su, Mu), S, corr)
+            self._prev[(corr, mode)] = (Su, Mu)
+        self.n_added[mode] = t + 1
+        if t == self.modes[mode]:  # the mode's last state: nothing more to compare it with
+            for corr in self.corrs:
+                del self._prev[(corr, mode)]
+
+    def _layer(
+        self,
+        out: dict[str, np.ndarray],
+        mi: int,
+        i: int,
+        before: tuple[np.ndarray, np.ndarray],
+        after: tuple[np.ndarray, np.ndarray],
+        S: np.ndarray,
+        corr: Corr,
+    ) -> None:
+        """Layer i + 1 (index i) from the unit rows of its input and output states."""
+        Su = np.stack([before[0], after[0]])
+        Mu = np.stack([before[1], after[1]])
+        sl = slice(i, i + 1)
+        vals = _align(Su, Mu, _unit_rows(self.dirs["v1"][sl], corr))
+        for k, val in _align(Su, Mu, _unit_rows(self.dirs["v_neg"][sl], corr)).items():
+            vals[k + "_neg_null"] = val
+        draws = [_align(Su, Mu, _unit_rows(self.rand[r, sl], corr)) for r in range(len(self.rand))]
+        for k in _ALIGN_DIMS:
+            vals[k + "_null"] = np.mean([dr[k] for dr in draws], axis=0)
+        for k, val in vals.items():
+            out[k][mi, i] = val[0]
+        out["gamma_v2"][mi, i] = np.abs(correlation(S, self.dirs["v2"][i], corr)).reshape(-1)
+        coef = np.einsum("dk,pnd->pnk", self.bases[i], S)
+        proj_x = np.einsum("dk,pnk->pnd", self.bases[i], coef)
+        out["corr_proj"][mi, i] = np.abs(correlation(S, proj_x, corr)).reshape(-1)
+
+    def dataset(self, corr: Corr) -> xr.Dataset:
+        """The metrics under ``corr`` (one of ``corrs``) as :func:`propagation_metrics`
+        returns them; every mode must have all its states."""
+        missing = {m: n for m, n in self.n_added.items() if n != self.modes[m] + 1}
+        if missing:
+            raise ValueError(
+                "states missing: "
+                + ", ".join(f"{m} has {n} of {self.modes[m] + 1}" for m, n in missing.items())
+            )
+        mw, T, P, N, dirs = self.mw, self.T, self.P, self.N, self.dirs
+        data_vars: dict[str, Any] = {k: (_METRIC_DIMS[k], a) for k, a in self.out[corr].items()}
+        for k in ("lambda_v1", "lambda_v2", "lambda_neg"):
+            data_vars[k] = (("layer",), dirs[k].astype(np.float64))
+        data_vars["lambda1_is_complex"] = (("layer",), dirs["lambda1_is_complex"].astype(np.int8))
+        schedule = layer_schedule(mw, T)
+        coords = {
+            "mode": list(self.modes),
+            # layers 1..T as the paper counts them, each with its block (the repeated
+            # layer's past the model's depth); state t is the output of layer t, state 0
+            # the embedding
+            "layer": np.arange(1, T + 1),
+            "layer_block": ("layer", np.array([s[0] for s in schedule], dtype=np.int64)),
+            "state": np.arange(T + 1),
+            "prompt": np.arange(P),
+            "token": np.arange(P * N),
+            "token_prompt": ("token", np.repeat(np.arange(P), N)),
+            "token_position": ("token", np.tile(np.arange(N), P)),
+        }
+        return xr.Dataset(
+            data_vars,
+            coords=coords,
+            attrs={
+                "corr": corr,
+                "n_null_draws": self.n_null_draws,
+                "null_seed": self.seed,
+                "proj": self.proj,
+                "normalize_distance": int(self.normalize_distance),
+                "family": mw.family,
+                "source": mw.source,
+                "description": (
+                    "Li & Altafini (arXiv:2605.25619) alignment metrics: "
+                    "gamma=|corr(x_t, v1_t)|, psi=|corr(x_t, v1_t)|-|corr(x_{t-1}, v1_t)|, "
+                    "rho=P(psi>0); *_mean for the mean token of each prompt; *_null "
+                    "against random unit directions, *_neg_null against the eigenvector "
+                    "of the most negative eigenvalue."
+                ),
+            },
+        )
 
 
 _PER_TOKEN = ("mode", "layer", "token")
@@ -284,40 +415,3 @@ def _states_shape(mw: ModelWeights, states: Mapping[str, np.ndarray]) -> tuple[i
     if T < 1:
         raise ValueError("states need at least one layer (T + 1 >= 2)")
     return (T, *base[1:])
-
-
-def _mode_metrics(
-    S: np.ndarray,
-    dirs: Mapping[str, np.ndarray],
-    rand: np.ndarray,
-    bases: np.ndarray,
-    corr: Corr,
-    normalize_distance: bool,
-) -> dict[str, np.ndarray]:
-    """Every metric of one mode's states S (T_m + 1, P, N, d), over its own T_m layers
-    (modes may be shorter: the real model is never prolonged)."""
-    Tm = S.shape[0] - 1
-    Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
-    out = _align(Su, Mu, _unit_rows(dirs["v1"][:Tm], corr))
-    for k, val in _align(Su, Mu, _unit_rows(dirs["v_neg"][:Tm], corr)).items():
-        out[k + "_neg_null"] = val
-    draws = [_align(Su, Mu, _unit_rows(rand[r, :Tm], corr)) for r in range(rand.shape[0])]
-    for k in _ALIGN_DIMS:
-        out[k + "_null"] = np.mean([dr[k] for dr in draws], axis=0)
-    del Su, draws  # the unit rows go before the projections below are made
-    # layer by layer: each value is computed from its own layer's rows alone, so the
-    # temporaries (the projections, Pearson's centred copies, the unit tokens) are one
-    # layer's, not the run's (T + 1) P N d (1.6 GB each for a 7B model; issue 14)
-    P, N = S.shape[1:3]
-    gamma_v2, corr_proj = np.empty((Tm, P * N)), np.empty((Tm, P * N))
-    for t in range(Tm):
-        after = S[t + 1]
-        gamma_v2[t] = np.abs(correlation(after, dirs["v2"][t], corr)).reshape(-1)
-        coef = np.einsum("dk,pnd->pnk", bases[t], after)
-        proj_x = np.einsum("dk,pnk->pnd", bases[t], coef)
-        corr_proj[t] = np.abs(correlation(after, proj_x, corr)).reshape(-1)
-    out["gamma_v2"], out["corr_proj"] = gamma_v2, corr_proj
-    out["token_distance"] = np.stack(
-        [token_distance(S[t], normalize=normalize_distance) for t in range(Tm + 1)]
-    )
-    return out

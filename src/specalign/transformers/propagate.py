@@ -17,8 +17,8 @@ simplified runs beside the *real* model's hidden states (Figures 11-12, from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -26,7 +26,7 @@ import xarray as xr
 from specalign.transformers.contracts import MODES
 from specalign.transformers.directions import block_principal_directions, layer_schedule
 from specalign.transformers.linalg import stacked_matmul, unit
-from specalign.transformers.metrics import propagation_metrics
+from specalign.transformers.metrics import MetricsStream
 from specalign.transformers.variables import PROPAGATION, describe
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
@@ -36,11 +36,14 @@ __all__ = [
     "attention_weights",
     "family_norm",
     "layer_norm",
+    "PropagationRun",
     "propagation_dataset",
+    "propagation_run",
     "propagation_states",
     "rms_norm",
     "rotary_tables",
     "simplified_forward",
+    "simplified_steps",
 ]
 
 
@@ -127,13 +130,38 @@ def _queries_keys(
     """Per-head queries and keys (P, H, n, d_head) as the family forms them: projection,
     then the per-head q/k RMSNorms (Qwen3, Gemma 3), then the rotary positions."""
     Q = _heads_split(Z @ blk.W_Q.T + blk.b_Q, mw.n_heads)
-    K = _heads_split(Z @ blk.W_K.T + blk.b_K, mw.n_heads)
+    K = _kv_heads(mw, Z, blk.W_K, blk.b_K)
     if blk.q_norm is not None and blk.k_norm is not None:
         Q, K = rms_norm(Q, blk.q_norm, mw.ln_eps), rms_norm(K, blk.k_norm, mw.ln_eps)
     if mw.rotary is not None:
         cos, sin = rotary_tables(mw, layer, Z.shape[-2])
         Q, K = apply_rotary(Q, cos, sin, mw.rotary), apply_rotary(K, cos, sin, mw.rotary)
-    return Q, K
+    return Q, _query_heads(mw, K)
+
+
+def _kv_heads(
+    mw: ModelWeights, Z: np.ndarray, W: np.ndarray, b: np.ndarray | None = None
+) -> np.ndarray:
+    """(P, n_kv_heads, n, d_head): Z projected by a key or value map once per key/value
+    head. The block's W_K and W_V are expanded to one row block per query head, and with
+    grouped-query attention the rows of a group's query heads are copies: projecting
+    through all of them is n_heads / n_kv_heads times the work (4x at Mistral-7B's
+    shape, 8x at Llama-3-70B's). The per-head steps that follow (q/k norms, rotary
+    positions) are applied at n_kv_heads too, then :func:`_query_heads` repeats them."""
+    kv = mw.kv_heads
+    if kv != mw.n_heads:
+        group, d_head = mw.n_heads // kv, W.shape[0] // mw.n_heads
+        W = W.reshape(kv, group, d_head, -1)[:, 0].reshape(kv * d_head, -1)
+        b = None if b is None else b.reshape(kv, group, d_head)[:, 0].reshape(-1)
+    Y = Z @ W.T
+    return _heads_split(Y if b is None else Y + b, kv)
+
+
+def _query_heads(mw: ModelWeights, K: np.ndarray) -> np.ndarray:
+    """(P, n_heads, n, d_head) from key/value heads (P, n_kv_heads, n, d_head): query
+    head h reads key/value head h // (n_heads / n_kv_heads)."""
+    group = mw.n_heads // mw.kv_heads
+    return K if group == 1 else np.repeat(K, group, axis=-3)
 
 
 def _softmax_attention(
@@ -202,7 +230,7 @@ def attention_sublayer(mw: ModelWeights, layer: int, X: np.ndarray) -> np.ndarra
     Xb, squeeze = _as_batch(X, mw.d_model)
     Z, blk, kind, ell = _sublayer_input(mw, layer, Xb)
     A = _softmax_attention(mw, blk, kind, ell, Z)
-    V = _heads_split(Z @ blk.W_V.T + blk.b_V, mw.n_heads)
+    V = _query_heads(mw, _kv_heads(mw, Z, blk.W_V, blk.b_V))
     ctx = np.moveaxis(stacked_matmul(A, V), -3, -2)  # (P, n, H, dh)
     out = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T + blk.b_O
     return out[0] if squeeze else out
@@ -271,18 +299,40 @@ def simplified_forward(
         raise ValueError("X0 must be (n_prompts, n_tokens, d)")
     if attention not in ("real", "full"):
         raise ValueError(f"attention must be 'real' or 'full', got {attention!r}")
+    n_states = len(layer_schedule(mw, n_layers)[start:]) + 1
+    states = np.empty((n_states, *X.shape))
+    for t, state in enumerate(simplified_steps(mw, X, eta, attention, n_layers, start)):
+        states[t] = state
+    return states
+
+
+def simplified_steps(
+    mw: ModelWeights,
+    X0: np.ndarray,
+    eta: float,
+    attention: Literal["real", "full"] = "real",
+    n_layers: int | None = None,
+    start: int = 0,
+) -> Iterator[np.ndarray]:
+    """The states of :func:`simplified_forward` one at a time, (n_prompts, n_tokens, d)
+    each, state ``start`` first: a caller that reduces each state as it comes (the
+    propagate rule's metrics) never holds the run, which grows with depth (issue 14)."""
+    X, squeeze = _as_batch(X0, mw.d_model)
+    if squeeze:
+        raise ValueError("X0 must be (n_prompts, n_tokens, d)")
+    if attention not in ("real", "full"):
+        raise ValueError(f"attention must be 'real' or 'full', got {attention!r}")
     sched = layer_schedule(mw, n_layers)[start:]
     n = X.shape[1]
-    states = np.empty((len(sched) + 1, *X.shape))
     X = unit(X) if start == 0 else np.array(X, dtype=np.float64)
-    states[0] = X
+    yield X
     A_full = _uniform_attention(n, mw.causal) if attention == "full" else None
     # W_O W_V once per run of layers of one block (ALBERT's shared one, a prolonged run's
     # repeated last one: a block's layers are consecutive), only the current block's kept,
     # so a lazily read mw holds one block; a factored (grouped-query) model applies F x as
     # W_O'(W_V' x) instead: 2 d r flops per token, never d x d
     F: dict[int, Any] = {}
-    for t, (b, kind, layer) in enumerate(sched):
+    for b, kind, layer in sched:
         blk = mw.blocks[b]
         if A_full is not None:
             if b not in F:
@@ -295,12 +345,11 @@ def simplified_forward(
         else:
             A = _softmax_attention(mw, blk, kind, layer, family_norm(mw, blk, X))
             # mixing W_V x before W_O costs H d_head d per token instead of H d^2 for F^h
-            V = _heads_split(X @ blk.W_V.T, mw.n_heads)
+            V = _query_heads(mw, _kv_heads(mw, X, blk.W_V))
             ctx = np.moveaxis(stacked_matmul(A, V), -3, -2)
             drift = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T
         X = unit(X + eta * drift)
-        states[t + 1] = X
-    return states
+        yield X
 
 
 # --------------------------------------------------------------------------- propagation
@@ -349,15 +398,105 @@ def propagation_dataset(
     plus ``gamma``, ``psi``, ``rho`` and their random-direction nulls under the other
     correlation (suffix ``_pearson`` or ``_cosine``) so the two readings can be compared.
     ``directions``: the blocks' directions from ``spectra.nc`` (decomposed here if None).
+    The propagate rule computes the same dataset with :func:`propagation_run`, without
+    holding the states.
     """
+    first = np.shape(next(iter(states.values())))
+    stream = _metrics_stream(
+        mw, {m: np.shape(s)[0] - 1 for m, s in states.items()}, first[1:3], cfg, seed, directions
+    )
+    for mode, S in states.items():
+        for X in S:
+            stream.add(mode, X)
+    return _both_readings(stream, cfg)
+
+
+class PropagationRun(NamedTuple):
+    """What :func:`propagation_run` returns."""
+
+    #: the metrics (:func:`propagation_dataset`)
+    dataset: xr.Dataset
+    #: each mode's number of layers, in the dataset's order
+    layers: dict[str, int]
+    #: for each mode whose states stop being finite, the first such state (0: the
+    #: embedding output)
+    first_nonfinite: dict[str, int]
+
+
+def propagation_run(
+    mw: ModelWeights,
+    hidden: np.ndarray,
+    eta: float,
+    cfg: Mapping[str, Any],
+    seed: int,
+    directions: Sequence[Mapping[str, Any]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PropagationRun:
+    """:func:`propagation_dataset` of :func:`propagation_states`, each state reduced to
+    its metrics as it is computed (:class:`~specalign.transformers.metrics.MetricsStream`):
+    besides the real model's states ``hidden`` (float32, as computed) only a layer's
+    states are held, never the T + 1 of a simplified run (issue 14: at Llama-3-70B's
+    width the two 81-state runs of 1000 tokens would be 10.6 GB in float64). The values
+    are those of the whole runs, bit for bit.
+
+    ``progress(done, 2)`` is called after each simplified run.
+    """
+    L = mw.n_layers
+    T = max(int(cfg["prolonged_layers"]), L)
+    prolong = T > L
+    layers = {"real_model": np.shape(hidden)[0] - 1}
+    for attention in ("real", "full"):
+        layers[f"simplified_{attention}"] = L
+        if prolong:
+            layers[f"prolonged_{attention}"] = T
+    modes = {m: layers[m] for m in MODES if m in layers}
+    stream = _metrics_stream(mw, modes, np.shape(hidden)[1:3], cfg, seed, directions)
+    for X in hidden:
+        stream.add("real_model", X)
+    X0 = np.asarray(hidden[0], np.float64)
+    for i, attention in enumerate(("real", "full"), start=1):
+        # a prolonged run repeats the last layer after the model's own layers, so the
+        # model's run is its first L + 1 states: one pass computes both
+        for t, X in enumerate(simplified_steps(mw, X0, eta, attention, T)):
+            if t <= L:
+                stream.add(f"simplified_{attention}", X)
+            if prolong:
+                stream.add(f"prolonged_{attention}", X)
+        if progress:
+            progress(i, 2)
+    return PropagationRun(_both_readings(stream, cfg), modes, dict(stream.first_nonfinite))
+
+
+def _metrics_stream(
+    mw: ModelWeights,
+    modes: Mapping[str, int],
+    prompts_tokens: Sequence[int],
+    cfg: Mapping[str, Any],
+    seed: int,
+    directions: Sequence[Mapping[str, Any]] | None,
+) -> MetricsStream:
+    """The metrics of both correlations in one pass, the configured one first."""
     corr = cfg["corr"]
     other = "pearson" if corr == "cosine" else "cosine"
-    draws = int(cfg["null_draws"])
     if directions is None:
         directions = [block_principal_directions(mw, blk) for blk in mw.blocks]
-    kw = {"n_null_draws": draws, "seed": seed, "directions": directions}
-    ds = propagation_metrics(mw, states, corr=corr, **kw)
-    alt = propagation_metrics(mw, states, corr=other, **kw)
+    P, N = prompts_tokens
+    return MetricsStream(
+        mw,
+        modes,
+        P,
+        N,
+        corrs=(corr, other),
+        n_null_draws=int(cfg["null_draws"]),
+        seed=seed,
+        directions=directions,
+    )
+
+
+def _both_readings(stream: MetricsStream, cfg: Mapping[str, Any]) -> xr.Dataset:
+    corr, other = stream.corrs
+    ds = stream.dataset(corr)
+    alt = stream.dataset(other)
     for var in ("gamma", "psi", "rho", "gamma_null", "rho_null", "rho_mean"):
         ds[f"{var}_{other}"] = alt[var]
         ds[f"{var}_{other}"].attrs["description"] = f"{var} with corr = {other}"

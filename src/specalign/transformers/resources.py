@@ -31,10 +31,9 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
 * ``propagate``: the streamed unit with the float32 hidden states of every layer (twice
   while transformers' tuple is copied out), then two blocks' float64 weights (read from
   ``weights.h5`` a block at a time: the one in use and the next) and the current block's
-  F or factors, with those states and the two simplified runs (T + 1 states of P N
-  tokens each, real and uniform attention); then the metrics, with one mode's unit rows
-  (a run), one more run of temporaries (as measured) and the real states in float64,
-  their other temporaries a layer's;
+  F or factors, with those states; the simplified runs are reduced to their metrics a
+  state at a time (:class:`specalign.transformers.metrics.MetricsStream`), so beside
+  them only a few layers' states in float64 are held (``STREAM_LAYERS``), never a run;
 * ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
   a block at a time, as propagate) with one run of states and every variant's W_O',
   Delta W_O and F'; the streamed causal LM with the
@@ -70,6 +69,12 @@ from specalign.transformers.families import FamilyAdapter, LlamaAdapter, adapter
 BASE_BYTES = 1.0 * 2**30
 #: Margin on the estimated arrays (allocator fragmentation, temporaries not counted).
 SAFETY = 1.3
+#: Layer-sized float64 arrays (one state of every token) a streamed propagation holds
+#: at once: the simplified step's own (the input, its norm, queries and keys, values,
+#: context, drift and the next state), and the metrics' (each correlation's unit rows
+#: of the previous state of the two modes fed together, the pair compared, Pearson's
+#: centred copy, the projections).
+STREAM_LAYERS = 16
 #: Work rates per core (FLOP/s, or bytes/s for I/O), measured on the benchmark machine
 #: and rounded down (see the module doc).
 RATES = {
@@ -266,7 +271,7 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
     # a streamed unit in float32 while its largest tensor is cast from the stored dtype
     unit = 4.0 * (s.unit_params or s.n_params) + s.stored_bytes * s.tensor_params
     states32 = (L + 1) * w.tokens * d * 4.0
-    run = (w.layers_run + 1) * w.tokens * d * 8.0
+    layer64 = w.tokens * d * 8.0  # one state of every token in float64
     inner = s.inner or d
     r, n = s.rank or inner, s.eig_size
     dense_F = 0.0 if s.factored else 1.0 * d * d
@@ -287,21 +292,16 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
         "random_model": {"streamed twin": unit},
         "extract_weights": {"block": block64 + 2 * 4.0 * d * inner},
         "spectra": {"blocks": min(max(int(threads), 1), B) * spectra_block + results},
-        # transformers' tuple of states and their copy, then the real model's states
-        # stay while the simplified runs and their metrics run
-        # the simplified runs read weights.h5 a block at a time (the block in use and
-        # the next one while it is read), with the current block's F or factors; the
-        # metrics hold both runs, one mode's unit rows (a run) and the real model's
-        # states in float64, their other temporaries one layer's
-        # (propagate._mode_metrics)
+        # transformers' tuple of states and their copy; then the real model's float32
+        # states stay while the simplified runs read weights.h5 a block at a time (the
+        # block in use and the next one while it is read) with the current block's F or
+        # factors, each state reduced to its metrics as it is computed
         "propagate": {
             "streamed real model": unit + 2 * states32,
-            "simplified runs": 2 * block64 + 8.0 * (2 * d * r if s.factored else d * d)
-            + states32 + 2 * run,
-            # and one run more: 7.56 GiB measured for Mistral-7B's shape with 8 layers
-            # (bench/README.md) while the norms took a run-sized squared temporary; that
-            # is now a layer's, but the smaller peak is not measured yet
-            "metrics": states32 + 2 * run + 2 * run + 2 * states32,
+            "simplified runs": 2 * block64
+            + 8.0 * (2 * d * r if s.factored else d * d)
+            + states32
+            + STREAM_LAYERS * layer64,
         },
         "steer": {
             "streamed embeddings": unit,

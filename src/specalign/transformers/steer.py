@@ -794,10 +794,19 @@ def _simplified_steering(
     last = int(mw.layer_block[-1])
     if directions is None:
         directions = [block_principal_directions(mw, b) for b in mw.blocks]
-    base = propagate.simplified_forward(mw, X0, eta, "real")
-    base_layers = metrics.alignment(
-        base, layer_directions(mw, directions=directions)["v1"]
-    )
+    # the unchanged run a state at a time: the variants need its last two states and
+    # its layers' gamma and rho, not the run (L + 1 states of every token; issue 14)
+    v1 = layer_directions(mw, directions=directions)["v1"]
+    L, P, N = mw.n_layers, X0.shape[0], X0.shape[1]
+    base_layers = {"gamma": np.full((L, P * N), np.nan), "rho": np.full(L, np.nan)}
+    kept: list[np.ndarray] = []  # the last two states
+    for t, X in enumerate(propagate.simplified_steps(mw, X0, eta, "real")):
+        if t > 0:
+            layer = metrics.alignment(np.stack([kept[-1], X]), v1[t - 1 : t])
+            base_layers["gamma"][t - 1] = layer["gamma"][0]
+            base_layers["rho"][t - 1] = layer["rho"][0]
+        kept = [*kept[-1:], X]
+    before_last, base_final = kept
     # after the pass, whose last block a lazily read mw keeps: no block is read twice
     blk = mw.blocks[last]
     # one BLAS thread per decomposition, several at once (spectra.map_blocks): the
@@ -812,24 +821,32 @@ def _simplified_steering(
     variants = [(i, j, m, c) for i, m in enumerate(methods) for j, c in enumerate(cs)]
     if progress:
         progress(f"steering: {len(variants)} variants of W_O, {threads} at a time")
-    results = spectra.map_blocks(
-        lambda v: steer(
-            blk.W_O, blk.W_V, u, v[3], method=v[2], radius=radius, W_V_pinv=pinv, **heads
-        ),
-        variants,
-        threads,
-    )
     R = _random_units(mw.d_model, null_draws, seed)
     W_O_new = []
-    for (i, j, method, c), res in zip(variants, results, strict=True):
-        if progress:
-            progress(f"steering: method={method} c={c:g}: the steered last layer")
-        final = propagate.simplified_forward(
-            steered_weights(mw, res.W_O), base[-2], eta, "real", start=mw.n_layers - 1
-        )[-1]
-        last_layer = metrics.alignment(np.stack([base[-2], final]), res.directions["v1"][None])
-        out.record(i, j, base[-1], final, base_layers, last_layer, u, R, res)
-        W_O_new.append(res.W_O)
+    workers = max(int(threads), 1)
+    # ``threads`` variants at a time: of each only the steered W_O is kept once it is
+    # recorded (its Delta, W_V and decomposition are d x inner each)
+    for k in range(0, len(variants), workers):
+        chunk = variants[k : k + workers]
+        results = spectra.map_blocks(
+            lambda v: steer(
+                blk.W_O, blk.W_V, u, v[3], method=v[2], radius=radius, W_V_pinv=pinv, **heads
+            ),
+            chunk,
+            threads,
+        )
+        for (i, j, method, c), res in zip(chunk, results, strict=True):
+            if progress:
+                progress(f"steering: method={method} c={c:g}: the steered last layer")
+            final = propagate.simplified_forward(
+                steered_weights(mw, res.W_O), before_last, eta, "real", start=mw.n_layers - 1
+            )[-1]
+            last_layer = metrics.alignment(
+                np.stack([before_last, final]), res.directions["v1"][None]
+            )
+            out.record(i, j, base_final, final, base_layers, last_layer, u, R, res)
+            W_O_new.append(res.W_O)
+        del results
     return W_O_new
 
 
