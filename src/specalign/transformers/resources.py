@@ -35,8 +35,9 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   state at a time (:class:`specalign.transformers.metrics.MetricsStream`), so beside
   them only a few layers' states in float64 are held (``STREAM_LAYERS``), never a run;
 * ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
-  a block at a time, as propagate) with one run of states and every variant's W_O',
-  Delta W_O and F'; the streamed causal LM with the
+  a block at a time, as propagate) with a few layers' states (the unchanged run is
+  reduced a state at a time), ``threads`` variants in the making (W_O', Delta W_O and
+  their decomposition) and every finished variant's W_O'; the streamed causal LM with the
   variants' W_O (float64, and the float32 copy of the one in use), the replayed layer
   output and, since the unchanged model and the variants advance through the units
   together (each unit read once), the hidden states and last position's logits of each.
@@ -307,9 +308,16 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             "streamed embeddings": unit,
             # the variants' W_O', Delta and F' (d x d each) are held together
             # weights.h5 read a block at a time: the block in use, the next being read
+            # the unchanged run a state at a time (its last two kept); ``threads``
+            # variants at once, each with W_O', Delta and its decomposition (F' and the
+            # d x d work arrays where the block is dense, the r x r ones if factored);
+            # of every variant recorded, its W_O'
             "simplified steering": 2 * block64
-            + 3 * (L + 1) * w.tokens * d * 8.0
-            + w.variants * 3 * d * d * 8.0,
+            + STREAM_LAYERS * layer64
+            + min(max(int(threads), 1), w.variants)
+            * 8.0
+            * (3 * d * inner + (0.0 if s.factored else d * d) + 8 * n * n)
+            + w.variants * d * inner * 8.0,
             # the variants' W_O (float64, one float32 copy at a time), the replayed
             # layer output with one layer's activations; the unchanged pass and the
             # variants advance together (a unit read once for all): each one's states
