@@ -69,7 +69,8 @@ checkpoint train_model:
         series=name_regex(TRAINED_SERIES),
     params:
         run=lambda w: canonical_json(training_settings(w.series)),
-    threads: THREADS
+    # a training setting (the weights depend on it), not the config's threads
+    threads: lambda w: config["transformers"]["series"][w.series]["threads"]
     resources:
         **gpu_resources(),
     conda:

@@ -19,7 +19,15 @@ def main(smk):
         shutil.rmtree(out)
     out.mkdir(parents=True)
     sources._mark_owned(out, f"checkpoints of the training run {smk.wildcards.series}")
-    result = training.train_run(run, out, threads=smk.threads, log=log)
+    if smk.threads < run["threads"]:
+        log.warning(
+            "training on %d torch threads (transformers.series.%s.threads) on %d granted "
+            "cores: fewer threads would train other weights",
+            run["threads"],
+            smk.wildcards.series,
+            smk.threads,
+        )
+    result = training.train_run(run, out, log=log)
     log.info(
         "%s: %d parameters; final held-out loss %.4f vs held-out unigram entropy %.4f nats/token%s",
         smk.wildcards.series,

@@ -77,6 +77,11 @@ def test_reruns(repo, series_run):
     jobs = planned_jobs(repo, workdir)
     assert jobs["train_model"] == 1
     assert jobs["trained_checkpoint"] == 2 and jobs["series_training"] == 1
+    # the torch threads are a training setting: the weights depend on them
+    threads = {**series, "a": dict(series["a"], threads=2)}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(_config(threads)))
+    jobs = planned_jobs(repo, workdir)
+    assert jobs["train_model"] == 1 and jobs["trained_checkpoint"] == 2
     (workdir / "config.yaml").write_text(yaml.safe_dump(_config(series)))
 
 

@@ -81,8 +81,13 @@ def test_deterministic_and_shared_weights(tmp_path):
         "steps": 8,
         "heldout_blocks": 16,
     }
+    import torch
+
     a = training.train_run({**_run(None, "albert"), **pydoc}, tmp_path / "a")
+    # whatever threads the process had: the run's own setting (default 1) is used
+    torch.set_num_threads(2)
     b = training.train_run({**_run(None, "albert"), **pydoc}, tmp_path / "b")
+    assert torch.get_num_threads() == 1
     np.testing.assert_array_equal(a.train_loss, b.train_loss)
     np.testing.assert_array_equal(a.heldout_loss, b.heldout_loss)
     cfg = AutoConfig.from_pretrained(tmp_path / "a" / "step8")

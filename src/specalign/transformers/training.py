@@ -446,17 +446,18 @@ def _save(model: Any, hf_tok: Any, folder: Path, info: Mapping[str, Any]) -> Non
         raise
 
 
-def train_run(
-    run: Mapping[str, Any], out_dir: str | Path, threads: int = 1, log: Any = None
-) -> RunResult:
+def train_run(run: Mapping[str, Any], out_dir: str | Path, log: Any = None) -> RunResult:
     """Train one run of the config (``transformers.series.<name>`` with ``source:
-    trained``) and write its checkpoints to ``out_dir/step{N}``. Returns the record."""
+    trained``) and write its checkpoints to ``out_dir/step{N}``. Returns the record.
+
+    On ``run["threads"]`` torch threads (default 1), whatever the caller was granted: the
+    weights depend on the thread count, so it is one of the run's settings."""
     import torch
 
     fam = run["family"]
     if fam not in FAMILIES:
         raise TrainingError(f"family: {fam!r} is not one of {sorted(FAMILIES)}")
-    torch.set_num_threads(max(1, int(threads)))
+    torch.set_num_threads(max(1, int(run.get("threads", 1))))
     torch.use_deterministic_algorithms(True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
