@@ -271,46 +271,60 @@ class MetricsStream:
         self.first_nonfinite: dict[str, int] = {}
         self._prev: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
-    def add(self, mode: str, X: np.ndarray) -> None:
-        """The next state of ``mode`` (state 0 first), (n_prompts, n_tokens, d)."""
-        if mode not in self.modes:
-            raise ValueError(f"mode {mode!r} is not one of {list(self.modes)}")
-        t = self.n_added[mode]
-        if t > self.modes[mode]:
-            raise ValueError(f"mode {mode!r} has {self.modes[mode]} layers: no state {t}")
+    def add(self, mode: str | Sequence[str], X: np.ndarray) -> None:
+        """The next state (state 0 first), (n_prompts, n_tokens, d), of ``mode``, or of
+        each of several modes that share it (a simplified run and its prolonged
+        continuation, at the same state): their metrics are computed once."""
+        modes = (mode,) if isinstance(mode, str) else tuple(mode)
+        for m in modes:
+            if m not in self.modes:
+                raise ValueError(f"mode {m!r} is not one of {list(self.modes)}")
+        t = self.n_added[modes[0]]
+        for m in modes:
+            if self.n_added[m] != t:
+                raise ValueError(f"modes {modes} are not at the same state ({m}: {t})")
+            if t > self.modes[m]:
+                raise ValueError(f"mode {m!r} has {self.modes[m]} layers: no state {t}")
         S = np.asarray(X, dtype=np.float64)
         if S.shape != (self.P, self.N, self.mw.d_model):
             raise ValueError(
-                f"mode {mode!r} state {t}: {S.shape} must be "
+                f"mode {modes[0]!r} state {t}: {S.shape} must be "
                 f"({self.P}, {self.N}, {self.mw.d_model})"
             )
-        if mode not in self.first_nonfinite and not np.isfinite(S).all():
-            self.first_nonfinite[mode] = t
-        mi = list(self.modes).index(mode)
+        if not np.isfinite(S).all():
+            for m in modes:
+                self.first_nonfinite.setdefault(m, t)
+        index = [list(self.modes).index(m) for m in modes]
+        distance = token_distance(S, normalize=self.normalize_distance)  # corr-free
         for corr in self.corrs:
             out = self.out[corr]
             # as a whole run's rows would be: the leading axis is the state's
             Su, Mu = _unit_rows(S[None], corr)[0], _unit_rows(S[None].mean(axis=2), corr)[0]
-            out["token_distance"][mi, t] = token_distance(S, normalize=self.normalize_distance)
+            rows = {"token_distance": distance}
             if t > 0:
-                self._layer(out, mi, t - 1, self._prev[(corr, mode)], (Su, Mu), S, corr)
-            self._prev[(corr, mode)] = (Su, Mu)
-        self.n_added[mode] = t + 1
-        if t == self.modes[mode]:  # the mode's last state: nothing more to compare it with
-            for corr in self.corrs:
-                del self._prev[(corr, mode)]
+                rows.update(self._layer(self._prev[(corr, modes[0])], (Su, Mu), S, t - 1, corr))
+            for mi, m in zip(index, modes, strict=True):
+                out["token_distance"][mi, t] = distance
+                for k, val in rows.items():
+                    if k != "token_distance":
+                        out[k][mi, t - 1] = val
+                self._prev[(corr, m)] = (Su, Mu)
+        for m in modes:
+            self.n_added[m] = t + 1
+            if t == self.modes[m]:  # the mode's last state: nothing more to compare with
+                for corr in self.corrs:
+                    del self._prev[(corr, m)]
 
     def _layer(
         self,
-        out: dict[str, np.ndarray],
-        mi: int,
-        i: int,
         before: tuple[np.ndarray, np.ndarray],
         after: tuple[np.ndarray, np.ndarray],
         S: np.ndarray,
+        i: int,
         corr: Corr,
-    ) -> None:
-        """Layer i + 1 (index i) from the unit rows of its input and output states."""
+    ) -> dict[str, np.ndarray]:
+        """The values of layer i + 1 (index i), from the unit rows of its input and
+        output states and the output state S."""
         Su = np.stack([before[0], after[0]])
         Mu = np.stack([before[1], after[1]])
         sl = slice(i, i + 1)
@@ -320,12 +334,12 @@ class MetricsStream:
         draws = [_align(Su, Mu, _unit_rows(self.rand[r, sl], corr)) for r in range(len(self.rand))]
         for k in _ALIGN_DIMS:
             vals[k + "_null"] = np.mean([dr[k] for dr in draws], axis=0)
-        for k, val in vals.items():
-            out[k][mi, i] = val[0]
-        out["gamma_v2"][mi, i] = np.abs(correlation(S, self.dirs["v2"][i], corr)).reshape(-1)
+        rows = {k: val[0] for k, val in vals.items()}
+        rows["gamma_v2"] = np.abs(correlation(S, self.dirs["v2"][i], corr)).reshape(-1)
         coef = np.einsum("dk,pnd->pnk", self.bases[i], S)
         proj_x = np.einsum("dk,pnk->pnd", self.bases[i], coef)
-        out["corr_proj"][mi, i] = np.abs(correlation(S, proj_x, corr)).reshape(-1)
+        rows["corr_proj"] = np.abs(correlation(S, proj_x, corr)).reshape(-1)
+        return rows
 
     def dataset(self, corr: Corr) -> xr.Dataset:
         """The metrics under ``corr`` (one of ``corrs``) as :func:`propagation_metrics`

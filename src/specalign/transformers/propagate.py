@@ -457,11 +457,10 @@ def propagation_run(
     for i, attention in enumerate(("real", "full"), start=1):
         # a prolonged run repeats the last layer after the model's own layers, so the
         # model's run is its first L + 1 states: one pass computes both
+        both = [f"simplified_{attention}", f"prolonged_{attention}"][: 1 + prolong]
         for t, X in enumerate(simplified_steps(mw, X0, eta, attention, T)):
-            if t <= L:
-                stream.add(f"simplified_{attention}", X)
-            if prolong:
-                stream.add(f"prolonged_{attention}", X)
+            # the states both runs share are measured once
+            stream.add(both if t <= L else both[1:], X)
         if progress:
             progress(i, 2)
     return PropagationRun(_both_readings(stream, cfg), modes, dict(stream.first_nonfinite))

@@ -39,7 +39,8 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   reduced a state at a time), ``threads`` variants in the making (W_O', Delta W_O and
   their decomposition) and every finished variant's W_O'; the streamed causal LM with the
   variants' W_O (float64, and the float32 copy of the one in use), the replayed layer
-  output and, since the unchanged model and the variants advance through the units
+  output, about two float32 states per layer (measured; their owner is not
+  established) and, since the unchanged model and the variants advance through the units
   together (each unit read once), the hidden states and last position's logits of each.
 
 A unit's size comes from config.json (:func:`unit_parameters`): a layer's grouped-query
@@ -321,8 +322,12 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             # the variants' W_O (float64, one float32 copy at a time), the replayed
             # layer output with one layer's activations; the unchanged pass and the
             # variants advance together (a unit read once for all): each one's states
-            # and last position's logits at once
+            # and last position's logits at once; and what grows with depth: the
+            # streamed causal LM's peak grew by 1.09 GiB from 2 to 32 layers at the
+            # Llama-3-8B shape (bench/README.md), about two float32 states of every
+            # token per layer; which arrays they are is not established
             "streamed causal LM": unit
+            + 2 * states32
             + w.variants * d * inner * 8.0
             + d * inner * 4.0
             + (w.variants + 2) * w.tokens * d * 4.0
