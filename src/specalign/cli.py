@@ -21,7 +21,9 @@ import importlib.util
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,10 +288,24 @@ class _Events(logging.Filter):
         self.failed: list[tuple[str, list[str]]] = []
         self.nothing_to_do = False
         self.interrupted = False
+        self.sigint = False  # a Ctrl-C not yet seen to stop the run
+        self.resent = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         from snakemake_interface_logger_plugins.common import LogEvent
 
+        msg = str(record.msg) if record.msg is not None else ""
+        if "Terminating processes on user request" in msg:
+            self.interrupted, self.sigint = True, False
+        elif self.sigint and threading.current_thread() is threading.main_thread():
+            # Snakemake's log handler swallows a KeyboardInterrupt raised while it
+            # writes a record (the job info it writes as a job starts, when Ctrl-C is
+            # likely), and the run then went on to the end: raised again here, outside
+            # the handler, at the scheduler's next record, it stops the run (once:
+            # the scheduler's "Terminating" record ends it, and its clean-up logs too)
+            self.sigint = False
+            self.resent = True
+            raise KeyboardInterrupt
         event = getattr(record, "event", None)
         if event == LogEvent.JOB_INFO:
             rule = getattr(record, "rule_name", "?")
@@ -303,13 +319,15 @@ class _Events(logging.Filter):
             what = _job_label(getattr(record, "rule_name", "?"), getattr(record, "wildcards", {}))
             logs = list(getattr(record, "log", []) or [])
             self.failed.append((what, logs))
-        else:
-            msg = str(record.msg) if record.msg is not None else ""
-            if msg.startswith("Nothing to be done"):
-                self.nothing_to_do = True
-            elif "Terminating processes on user request" in msg:
-                self.interrupted = True
+        elif msg.startswith("Nothing to be done"):
+            self.nothing_to_do = True
         return True
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        """SIGINT (Ctrl-C): remembered, so that a KeyboardInterrupt Snakemake's log
+        handler swallows is raised again (see :meth:`filter`)."""
+        self.sigint = not self.interrupted
+        raise KeyboardInterrupt
 
 
 def _job_label(rule: str, wildcards: Any) -> str:
@@ -342,15 +360,20 @@ def run_snakemake(
     events = _Events(echo, dry_run="--dry-run" in argv or "-n" in argv)
     logger = _snakemake_logger()  # Snakemake logs every event on this one
     logger.addFilter(events)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, events.on_sigint) if in_main else None
     try:
         parser, args = parse_args(full)
         ok = args_to_api(args, parser)
     except KeyboardInterrupt:
         raise Interrupted("interrupted") from None
     finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
         os.chdir(cwd)  # --directory changes into the working directory
         logger.removeFilter(events)
-    if events.interrupted:
+    # or a Ctrl-C that no later record raised again (the run's last job was running)
+    if events.interrupted or events.sigint or events.resent:
         raise Interrupted("interrupted")
     if not ok:
         base = workdir or Path(cwd)
