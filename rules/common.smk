@@ -244,6 +244,37 @@ def gpu_resources():
     return res
 
 
+def _model_size(model):
+    """(ModelSize, Workload) of a transformer model's jobs, from its config.json; None
+    until that file is on disk (a hub model not fetched yet, a point of a run not
+    trained yet)."""
+    import json as _json
+
+    from specalign.transformers.limits import config_json_path
+    from specalign.transformers.resources import Workload, model_size
+
+    tcfg = config["transformers"]
+    path = config_json_path(model, tcfg["models"], MODEL_CACHE)
+    if path is None:
+        return None
+    size = model_size(_json.loads(path.read_text()), path.parent)
+    return size, Workload.from_config(tcfg, size.n_layers)
+
+
+def model_threads(rule_name):
+    """The cores a transformer rule's job asks for: the config's threads, or one for a
+    job whose work is a few seconds (specalign.transformers.resources.job_threads), so
+    that small jobs run side by side. The config's threads until the model's config.json
+    is on disk; Snakemake evaluates it again when the job is about to run."""
+    from specalign.transformers.resources import job_threads
+
+    def threads(wildcards):
+        sized = _model_size(wildcards.model)
+        return THREADS if sized is None else job_threads(rule_name, *sized, THREADS)
+
+    return threads
+
+
 def model_resources(rule_name):
     """``mem_mb`` and ``runtime`` of a transformer rule's job, computed from its model's
     size (specalign.transformers.resources) when the rule is about to run, so that a job
@@ -251,20 +282,11 @@ def model_resources(rule_name):
     config.json is on disk (a hub model not fetched yet) the config's resources.mem_mb
     and resources.runtime stand in. A retried job (after an out-of-memory kill) asks
     for half as much again per attempt."""
-    import json as _json
-
-    from specalign.transformers.limits import config_json_path
-    from specalign.transformers.resources import Workload, job_resources, model_size
-
-    tcfg = config["transformers"]
+    from specalign.transformers.resources import job_resources
 
     def estimate(wildcards, threads):
-        path = config_json_path(wildcards.model, tcfg["models"], MODEL_CACHE)
-        if path is None:
-            return None
-        cfg = _json.loads(path.read_text())
-        size = model_size(cfg, path.parent)
-        return job_resources(rule_name, size, Workload.from_config(tcfg, size.n_layers), threads)
+        sized = _model_size(wildcards.model)
+        return None if sized is None else job_resources(rule_name, *sized, threads)
 
     def mem_mb(wildcards, threads, attempt):
         res = estimate(wildcards, threads)

@@ -127,7 +127,7 @@ rule spectra:
         results_path("transformers/{model}/spectra.nc"),
     params:
         eta=config["transformers"]["eta"],
-    threads: THREADS
+    threads: model_threads("spectra")
     resources:
         # float64 eig of d x d matrices: tens of minutes per d = 4096 model on 2 cores
         **gpu_resources(),
@@ -154,7 +154,7 @@ rule propagate:
             {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
         ),
         prompt_file=prompt_content,
-    threads: THREADS
+    threads: model_threads("propagate")
     resources:
         **gpu_resources(),
         **model_resources("propagate"),
@@ -185,7 +185,7 @@ rule steer:
             }
         ),
         prompt_file=prompt_content,
-    threads: THREADS
+    threads: model_threads("steer")
     resources:
         **gpu_resources(),
         **model_resources("steer"),

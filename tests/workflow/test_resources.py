@@ -91,9 +91,14 @@ def _requests(out: str) -> dict[tuple[str, str], dict[str, str]]:
         rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
         model = re.search(r"wildcards: model=(\S+)", block)
         resources = re.search(r"resources: (.*)", block)
+        threads = re.search(r"threads: (\d+)", block)
         if rule and model and resources:
             pairs = (kv.split("=", 1) for kv in resources.group(1).split(", "))
             found[(rule.group(1), model.group(1))] = dict(pairs)
+            # Snakemake prints a job's threads only when they are more than one
+            found[(rule.group(1), model.group(1))]["threads"] = (
+                threads.group(1) if threads else "1"
+            )
     return found
 
 
@@ -107,6 +112,7 @@ def test_slurm_dry_run_requests_differ_between_minilm_and_gpt_neo_27b(repo, tmp_
     }
     # the header-only folder has no tokenizer, which the default target_text needs
     cfg["transformers"]["steering"]["target_id"] = 7
+    cfg["threads"] = 2
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     targets = [
         f"results/transformers/{m}/{f}"
@@ -125,6 +131,12 @@ def test_slurm_dry_run_requests_differ_between_minilm_and_gpt_neo_27b(repo, tmp_
         small, large = jobs[(rule, "minilm")], jobs[(rule, "neo")]
         assert int(small["mem_mb"]) < int(large["mem_mb"]), (rule, small, large)
         assert int(small["runtime"]) < int(large["runtime"]), (rule, small, large)
+    # a job of a few seconds' work asks for one core (MiniLM's spectra: 1.4 s on one,
+    # and its propagate and steer with this config's 4 prompts), GPT-Neo 2.7B's for the
+    # config's threads
+    for rule in ("spectra", "propagate", "steer"):
+        assert jobs[(rule, "minilm")]["threads"] == "1", rule
+        assert jobs[(rule, "neo")]["threads"] == "2", rule
     for rule in ("propagate", "steer"):  # the jobs that stream the model a unit at a time
         assert int(jobs[(rule, "minilm")]["mem_mb"]) < 2500
         neo = int(jobs[(rule, "neo")]["mem_mb"]) * 1e6

@@ -88,6 +88,11 @@ RATES = {
     "io": 100e6,  # checkpoint bytes read or written per second
 }
 RUNTIME_MARGIN = 3.0
+#: A job whose work on one core is under this many seconds asks for one core: a second
+#: thread would save a few seconds at most, and two cores held by each small job kept
+#: them from running side by side (the default config's nine series points: 45 jobs of
+#: 5-7 s, mostly start-up, one at a time on 2 cores).
+SMALL_JOB_SECONDS = 10.0
 RUNTIME_FLOOR_MIN = 10
 #: The rules whose request is computed here.
 RULES = ("random_model", "extract_weights", "spectra", "propagate", "steer")
@@ -379,6 +384,14 @@ def work_seconds(rule: str, s: ModelSize, w: Workload, threads: int) -> float:
     if rule not in work:
         raise ValueError(f"no time model for rule {rule!r}; rules: {', '.join(RULES)}")
     return work[rule]
+
+
+def job_threads(rule: str, s: ModelSize, w: Workload, threads: int) -> int:
+    """The cores the job of ``rule`` asks for: ``threads``, or one when its work on one
+    core (:func:`work_seconds`) is under :data:`SMALL_JOB_SECONDS`."""
+    if int(threads) <= 1 or work_seconds(rule, s, w, 1) < SMALL_JOB_SECONDS:
+        return 1
+    return int(threads)
 
 
 def job_resources(rule: str, s: ModelSize, w: Workload, threads: int) -> dict[str, int]:
