@@ -111,8 +111,8 @@ class OrphanedJobError(BaseException):
     """
 
 
-#: (pid, start time, command) of the Snakemake processes this job descends from.
-_WATCHED: list[tuple[int, float, str]] = []
+#: (process, command) of the Snakemake processes this job descends from.
+_WATCHED: list[tuple[Any, str]] = []
 _GONE: list[str] = []
 
 
@@ -134,8 +134,12 @@ def watch_snakemake(stop: bool = True, interval: float = 0.5) -> list[int]:
     seconds of the loss, so the job ends instead of computing for nothing. (SIGINT cannot
     carry it: jobs started in the background ignore SIGINT, and Python then cannot raise
     KeyboardInterrupt; a private handler on SIGUSR1 does, through ``interrupt_main``.)
-    Processes are identified by PID and start time, so a reused PID does not count as
-    alive. Returns the PIDs watched (none outside Snakemake, or without psutil).
+    Processes are identified by psutil's own PID-reuse check (``is_running``: the PID and
+    its start time since boot), so a reused PID does not count as alive. Not by the
+    start time on the wall clock: psutil adds the boot time it reads each call from
+    /proc/stat, which moves with clock adjustments, and a live Snakemake was once taken
+    for gone, its job's output withheld (2026-12-01). Returns the PIDs watched (none
+    outside Snakemake, or without psutil).
     """
     try:
         import psutil
@@ -146,13 +150,13 @@ def watch_snakemake(stop: bool = True, interval: float = 0.5) -> list[int]:
         try:
             cmd = proc.cmdline()
             if _is_snakemake(cmd):
-                _WATCHED.append((proc.pid, proc.create_time(), " ".join(cmd[:3])))
+                _WATCHED.append((proc, " ".join(cmd[:3])))
         except psutil.Error:
             continue
     if _WATCHED and stop:
         signal.signal(signal.SIGUSR1, _raise_if_orphaned)
         threading.Thread(target=_watch, args=(interval,), daemon=True).start()
-    return [pid for pid, _, _ in _WATCHED]
+    return [proc.pid for proc, _ in _WATCHED]
 
 
 def snakemake_gone() -> str | None:
@@ -163,14 +167,15 @@ def snakemake_gone() -> str | None:
         return None
     import psutil
 
-    for pid, started, cmd in _WATCHED:
+    for proc, cmd in _WATCHED:
         try:
-            proc = psutil.Process(pid)
-            alive = proc.create_time() == started and proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
+            alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
             alive = False
+        except psutil.Error:  # it exists (AccessDenied, say): not gone
+            alive = True
         if not alive:
-            _GONE.append(f"the Snakemake process that started this job ({pid}: {cmd}) is gone")
+            _GONE.append(f"the Snakemake process that started this job ({proc.pid}: {cmd}) is gone")
             return _GONE[0]
     return None
 
