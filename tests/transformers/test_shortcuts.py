@@ -16,7 +16,7 @@ import pytest
 import xarray as xr
 from tiny_models import TINY_CONFIGS
 
-from specalign.transformers import directions, metrics, spectra, steer
+from specalign.transformers import directions, linalg, metrics, spectra, steer
 from specalign.transformers import propagate as prop
 from specalign.transformers.families import adapter_class
 from specalign.transformers.weights import BlockWeights, ModelWeights
@@ -95,7 +95,8 @@ def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
     ``metrics.alignment`` of each whole run (whole-array operations)."""
     mw = MODELS[name]()
     hidden = np.random.default_rng(5).standard_normal((mw.n_layers + 1, 3, 4, D))
-    cfg = {"prolonged_layers": mw.n_layers + 4, "corr": corr, "null_draws": 3}
+    # 9 draws: numpy sums 8 or more single values pairwise, a whole run's layers not
+    cfg = {"prolonged_layers": mw.n_layers + 4, "corr": corr, "null_draws": 9}
     run = prop.propagation_run(mw, hidden.astype(np.float32), ETA, cfg, seed=2)
     states = prop.propagation_states(mw, hidden.astype(np.float32), ETA, cfg)
     xr.testing.assert_identical(run.dataset, prop.propagation_dataset(mw, states, cfg, seed=2))
@@ -108,6 +109,13 @@ def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
         got = run.dataset.sel(mode=mode).isel(layer=slice(0, S.shape[0] - 1))
         for k in ("gamma", "psi", "rho", "gamma_mean", "psi_mean", "rho_mean"):
             np.testing.assert_array_equal(got[k].values, whole[k], err_msg=f"{mode} {k}")
+        # the random-direction nulls: the mean over the draws of each whole run's values
+        rng = np.random.default_rng(2)
+        rand = linalg.unit(rng.standard_normal((9, cfg["prolonged_layers"], D)))
+        draws = [metrics.alignment(S, r[: S.shape[0] - 1], corr) for r in rand]
+        for k in ("gamma", "rho", "rho_mean", "psi_mean"):
+            want = np.mean([dr[k] for dr in draws], axis=0)
+            np.testing.assert_array_equal(got[f"{k}_null"].values, want, err_msg=f"{mode} {k}")
 
 
 def test_streamed_propagation_never_holds_a_run():

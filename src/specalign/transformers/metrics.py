@@ -209,6 +209,22 @@ def propagation_metrics(
     return stream.dataset(corr)
 
 
+def _mean_over_draws(values: Sequence[np.ndarray], whole_run_layers: int) -> np.ndarray:
+    """The mean of one layer's values over the null draws, summed in the order numpy
+    sums them for a whole run: ``np.mean`` over the draws of (draws, T, ...) adds the
+    draws one after the other where a draw holds more than one value (T > 1 layers),
+    but pairwise (8 partial sums) along a contiguous axis of single values. A layer's
+    per-layer scalars (rho_null) are such single values, the run's (T > 1) were not: the
+    sum here follows the run's order, so the streamed values are the whole run's, bit
+    for bit, for any number of draws."""
+    if whole_run_layers == 1:
+        return np.mean(values, axis=0)
+    total = np.array(values[0], dtype=np.float64)
+    for v in values[1:]:
+        total += v
+    return total / len(values)
+
+
 class MetricsStream:
     """The metrics of :func:`propagation_metrics`, computed as the states arrive.
 
@@ -302,7 +318,10 @@ class MetricsStream:
             Su, Mu = _unit_rows(S[None], corr)[0], _unit_rows(S[None].mean(axis=2), corr)[0]
             rows = {"token_distance": distance}
             if t > 0:
-                rows.update(self._layer(self._prev[(corr, modes[0])], (Su, Mu), S, t - 1, corr))
+                layers = min(self.modes[m] for m in modes)
+                rows.update(
+                    self._layer(self._prev[(corr, modes[0])], (Su, Mu), S, t - 1, corr, layers)
+                )
             for mi, m in zip(index, modes, strict=True):
                 out["token_distance"][mi, t] = distance
                 for k, val in rows.items():
@@ -322,9 +341,11 @@ class MetricsStream:
         S: np.ndarray,
         i: int,
         corr: Corr,
+        whole_run_layers: int,
     ) -> dict[str, np.ndarray]:
         """The values of layer i + 1 (index i), from the unit rows of its input and
-        output states and the output state S."""
+        output states and the output state S (``whole_run_layers``: see
+        :func:`_mean_over_draws`)."""
         Su = np.stack([before[0], after[0]])
         Mu = np.stack([before[1], after[1]])
         sl = slice(i, i + 1)
@@ -333,7 +354,7 @@ class MetricsStream:
             vals[k + "_neg_null"] = val
         draws = [_align(Su, Mu, _unit_rows(self.rand[r, sl], corr)) for r in range(len(self.rand))]
         for k in _ALIGN_DIMS:
-            vals[k + "_null"] = np.mean([dr[k] for dr in draws], axis=0)
+            vals[k + "_null"] = _mean_over_draws([dr[k] for dr in draws], whole_run_layers)
         rows = {k: val[0] for k, val in vals.items()}
         rows["gamma_v2"] = np.abs(correlation(S, self.dirs["v2"][i], corr)).reshape(-1)
         coef = np.einsum("dk,pnd->pnk", self.bases[i], S)
