@@ -294,14 +294,10 @@ def simplified_forward(
     on the sphere, so not normalised again) and the result holds states ``start`` to
     ``n_layers``, exactly as the same slice of a run from the embedding output.
     """
-    X, squeeze = _as_batch(X0, mw.d_model)
-    if squeeze:
-        raise ValueError("X0 must be (n_prompts, n_tokens, d)")
-    if attention not in ("real", "full"):
-        raise ValueError(f"attention must be 'real' or 'full', got {attention!r}")
+    steps = simplified_steps(mw, X0, eta, attention, n_layers, start)  # checks the input
     n_states = len(layer_schedule(mw, n_layers)[start:]) + 1
-    states = np.empty((n_states, *X.shape))
-    for t, state in enumerate(simplified_steps(mw, X, eta, attention, n_layers, start)):
+    states = np.empty((n_states, *np.shape(X0)))
+    for t, state in enumerate(steps):
         states[t] = state
     return states
 
@@ -316,13 +312,24 @@ def simplified_steps(
 ) -> Iterator[np.ndarray]:
     """The states of :func:`simplified_forward` one at a time, (n_prompts, n_tokens, d)
     each, state ``start`` first: a caller that reduces each state as it comes (the
-    propagate rule's metrics) never holds the run, which grows with depth (issue 14)."""
+    propagate rule's metrics) never holds the run, which grows with depth (issue 14).
+    The input is checked here, before the first state is asked for."""
     X, squeeze = _as_batch(X0, mw.d_model)
     if squeeze:
         raise ValueError("X0 must be (n_prompts, n_tokens, d)")
     if attention not in ("real", "full"):
         raise ValueError(f"attention must be 'real' or 'full', got {attention!r}")
-    sched = layer_schedule(mw, n_layers)[start:]
+    return _steps(mw, X, eta, attention, layer_schedule(mw, n_layers)[start:], start)
+
+
+def _steps(
+    mw: ModelWeights,
+    X: np.ndarray,
+    eta: float,
+    attention: str,
+    sched: list[tuple[int, str, int]],
+    start: int,
+) -> Iterator[np.ndarray]:
     n = X.shape[1]
     X = unit(X) if start == 0 else np.array(X, dtype=np.float64)
     yield X
