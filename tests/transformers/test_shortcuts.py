@@ -248,3 +248,30 @@ def test_spectra_do_not_depend_on_the_thread_count():
     xr.testing.assert_identical(one, two)
     order = spectra.map_blocks(lambda x: x * x, list(range(7)), threads=3)
     assert order == [x * x for x in range(7)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_gemm_over_the_token_rows_is_the_stacked_product(threads):
+    """``rows_matmul`` multiplies all prompts' rows in one GEMM: the stacked product to
+    round-off for any shape, non-contiguous rows and more than one leading axis included,
+    and below the small-product bound the stacked product itself. At the default config's
+    shapes (100 prompts of 10 tokens, d 384) OpenBLAS gives the stacked product's bits,
+    on which the default run's bit-identity rests; with widths that are not multiples of 8,
+    or one token per prompt, it does not (measured; the sums are ordered otherwise)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    rng = np.random.default_rng(5)
+    openblas = any(i["internal_api"] == "openblas" for i in threadpool_info())
+    cases = [((100, 10, 384), 384, True), ((7, 10, 256), 1152, True), ((4, 2, 6, 130), 1301, False),
+             ((3, 1, 1024), 1472, False), ((5, 4, 12), 16, False)]  # fmt: skip
+    with threadpool_limits(threads, user_api="blas"):
+        for shape, m, same_bits in cases:
+            X = np.moveaxis(rng.standard_normal(shape[:-2] + shape[-1:] + shape[-2:-1]), -1, -2)
+            B = rng.standard_normal((m, shape[-1])).T  # a transposed weight, as the kernels
+            got, stacked = linalg.rows_matmul(X, B), X @ B
+            assert got.shape == stacked.shape
+            np.testing.assert_allclose(got, stacked, rtol=1e-12, atol=1e-12)
+            if shape[-2] * shape[-1] * m <= linalg.SMALL_PRODUCT:
+                np.testing.assert_array_equal(got, stacked)
+            if same_bits and openblas:
+                np.testing.assert_array_equal(got, stacked)

@@ -25,7 +25,7 @@ import xarray as xr
 
 from specalign.transformers.contracts import MODES
 from specalign.transformers.directions import block_principal_directions, layer_schedule
-from specalign.transformers.linalg import stacked_matmul, unit
+from specalign.transformers.linalg import rows_matmul, stacked_matmul, unit
 from specalign.transformers.metrics import MetricsStream
 from specalign.transformers.variables import PROPAGATION, describe
 from specalign.transformers.weights import BlockWeights, ModelWeights
@@ -129,7 +129,7 @@ def _queries_keys(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-head queries and keys (P, H, n, d_head) as the family forms them: projection,
     then the per-head q/k RMSNorms (Qwen3, Gemma 3), then the rotary positions."""
-    Q = _heads_split(Z @ blk.W_Q.T + blk.b_Q, mw.n_heads)
+    Q = _heads_split(rows_matmul(Z, blk.W_Q.T) + blk.b_Q, mw.n_heads)
     K = _kv_heads(mw, Z, blk.W_K, blk.b_K)
     if blk.q_norm is not None and blk.k_norm is not None:
         Q, K = rms_norm(Q, blk.q_norm, mw.ln_eps), rms_norm(K, blk.k_norm, mw.ln_eps)
@@ -153,7 +153,7 @@ def _kv_heads(
         group, d_head = mw.n_heads // kv, W.shape[0] // mw.n_heads
         W = W.reshape(kv, group, d_head, -1)[:, 0].reshape(kv * d_head, -1)
         b = None if b is None else b.reshape(kv, group, d_head)[:, 0].reshape(-1)
-    Y = Z @ W.T
+    Y = rows_matmul(Z, W.T)
     return _heads_split(Y if b is None else Y + b, kv)
 
 
@@ -232,7 +232,7 @@ def attention_sublayer(mw: ModelWeights, layer: int, X: np.ndarray) -> np.ndarra
     A = _softmax_attention(mw, blk, kind, ell, Z)
     V = _query_heads(mw, _kv_heads(mw, Z, blk.W_V, blk.b_V))
     ctx = np.moveaxis(stacked_matmul(A, V), -3, -2)  # (P, n, H, dh)
-    out = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T + blk.b_O
+    out = rows_matmul(ctx.reshape(*ctx.shape[:-2], -1), blk.W_O.T) + blk.b_O
     return out[0] if squeeze else out
 
 
@@ -346,15 +346,15 @@ def _steps(
                 F = {b: mw.ov_factors(blk) if mw.factored else blk.F}
             if mw.factored:
                 W_O, W_V = F[b]
-                drift = ((A_full @ X) @ W_V.T) @ W_O.T
+                drift = rows_matmul(rows_matmul(A_full @ X, W_V.T), W_O.T)
             else:
-                drift = (A_full @ X) @ F[b].T
+                drift = rows_matmul(A_full @ X, F[b].T)
         else:
             A = _softmax_attention(mw, blk, kind, layer, family_norm(mw, blk, X))
             # mixing W_V x before W_O costs H d_head d per token instead of H d^2 for F^h
             V = _query_heads(mw, _kv_heads(mw, X, blk.W_V))
             ctx = np.moveaxis(stacked_matmul(A, V), -3, -2)
-            drift = ctx.reshape(*ctx.shape[:-2], -1) @ blk.W_O.T
+            drift = rows_matmul(ctx.reshape(*ctx.shape[:-2], -1), blk.W_O.T)
         X = unit(X + eta * drift)
         yield X
 
