@@ -47,15 +47,26 @@ def correlation(X: np.ndarray, v: np.ndarray, corr: Corr = "cosine") -> np.ndarr
     ``cosine``: <x, v>/(|x||v|). ``pearson``: the same after subtracting each vector's mean
     over its d components. Zero-norm vectors give NaN.
     """
+    Xc = _centred(X, corr)
+    return _correlation(Xc, np.linalg.norm(Xc, axis=-1), _centred(v, corr))
+
+
+def _centred(X: np.ndarray, corr: Corr) -> np.ndarray:
+    """X in float64, less each vector's mean over its d components for Pearson."""
     X = np.asarray(X, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
     if corr == "pearson":
-        X = X - X.mean(axis=-1, keepdims=True)
-        v = v - v.mean(axis=-1, keepdims=True)
-    elif corr != "cosine":
+        return X - X.mean(axis=-1, keepdims=True)
+    if corr != "cosine":
         raise ValueError(f"corr must be 'cosine' or 'pearson', got {corr!r}")
+    return X
+
+
+def _correlation(X: np.ndarray, X_norm: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """:func:`correlation` of rows already :func:`_centred`, with their norms given: a
+    layer correlates its state with two things (v2 and its projection), and at d 4096 the
+    norms of 1000 tokens cost as much as the dot products."""
     num = np.einsum("...d,...d->...", X, v)  # no (..., d) temporary for large models
-    den = np.linalg.norm(X, axis=-1) * np.linalg.norm(v, axis=-1)
+    den = X_norm * np.linalg.norm(v, axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
@@ -100,19 +111,23 @@ def _unit_rows(X: np.ndarray, corr: Corr) -> np.ndarray:
     return out
 
 
-def _align(Su: np.ndarray, Mu: np.ndarray, dirs: np.ndarray) -> dict[str, np.ndarray]:
+def _align(
+    Su: tuple[np.ndarray, np.ndarray], Mu: tuple[np.ndarray, np.ndarray], dirs: np.ndarray
+) -> dict[str, np.ndarray]:
     """gamma, psi, rho and their mean-token versions against per-layer directions.
 
-    ``Su`` (T+1, P, N, d) and ``Mu`` (T+1, P, d) are the states and the prompts' mean
-    tokens, and ``dirs`` (T, d) the directions, all already passed through
-    :func:`_unit_rows`: the norms are computed once per mode rather than once for every
-    one of the many null directions, which dominated the cost for large models.
+    ``Su`` is the pair (inputs, outputs) of the T layers' states, (T, P, N, d) each, and
+    ``Mu`` the pair for the prompts' mean tokens, (T, P, d) each; ``dirs`` (T, d) are the
+    directions; all already passed through :func:`_unit_rows`: the norms are computed
+    once per mode rather than once for every one of the many null directions, which
+    dominated the cost for large models. A whole run passes two views of its states; the
+    stream its two latest states, without copying them into one array.
     """
-    T = Su.shape[0] - 1
-    after = np.abs(np.einsum("tpnd,td->tpn", Su[1:], dirs))  # (T, P, N)
-    before = np.abs(np.einsum("tpnd,td->tpn", Su[:-1], dirs))
-    m_after = np.abs(np.einsum("tpd,td->tp", Mu[1:], dirs))
-    m_before = np.abs(np.einsum("tpd,td->tp", Mu[:-1], dirs))
+    T = Su[1].shape[0]
+    after = np.abs(np.einsum("tpnd,td->tpn", Su[1], dirs))  # (T, P, N)
+    before = np.abs(np.einsum("tpnd,td->tpn", Su[0], dirs))
+    m_after = np.abs(np.einsum("tpd,td->tp", Mu[1], dirs))
+    m_before = np.abs(np.einsum("tpd,td->tp", Mu[0], dirs))
     psi, psi_m = after - before, m_after - m_before
     with np.errstate(invalid="ignore"):
         rho = np.where(np.isnan(psi).all(axis=(1, 2)), np.nan, (psi > 0).mean(axis=(1, 2)))
@@ -132,7 +147,8 @@ def alignment(S: np.ndarray, dirs: np.ndarray, corr: Corr = "cosine") -> dict[st
     against per-layer directions ``dirs`` (T, d): the alignment metrics of
     :func:`propagation_metrics` for one run, without the nulls (see the module doc)."""
     S = np.asarray(S, dtype=np.float64)
-    return _align(_unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr), _unit_rows(dirs, corr))
+    Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
+    return _align((Su[:-1], Su[1:]), (Mu[:-1], Mu[1:]), _unit_rows(dirs, corr))
 
 
 def propagation_metrics(
@@ -346,8 +362,8 @@ class MetricsStream:
         """The values of layer i + 1 (index i), from the unit rows of its input and
         output states and the output state S (``whole_run_layers``: see
         :func:`_mean_over_draws`)."""
-        Su = np.stack([before[0], after[0]])
-        Mu = np.stack([before[1], after[1]])
+        Su = (before[0][None], after[0][None])
+        Mu = (before[1][None], after[1][None])
         sl = slice(i, i + 1)
         vals = _align(Su, Mu, _unit_rows(self.dirs["v1"][sl], corr))
         for k, val in _align(Su, Mu, _unit_rows(self.dirs["v_neg"][sl], corr)).items():
@@ -356,10 +372,13 @@ class MetricsStream:
         for k in _ALIGN_DIMS:
             vals[k + "_null"] = _mean_over_draws([dr[k] for dr in draws], whole_run_layers)
         rows = {k: val[0] for k, val in vals.items()}
-        rows["gamma_v2"] = np.abs(correlation(S, self.dirs["v2"][i], corr)).reshape(-1)
+        Sc = _centred(S, corr)
+        S_norm = np.linalg.norm(Sc, axis=-1)
+        v2 = _centred(self.dirs["v2"][i], corr)
+        rows["gamma_v2"] = np.abs(_correlation(Sc, S_norm, v2)).reshape(-1)
         coef = np.einsum("dk,pnd->pnk", self.bases[i], S)
         proj_x = np.einsum("dk,pnk->pnd", self.bases[i], coef)
-        rows["corr_proj"] = np.abs(correlation(S, proj_x, corr)).reshape(-1)
+        rows["corr_proj"] = np.abs(_correlation(Sc, S_norm, _centred(proj_x, corr))).reshape(-1)
         return rows
 
     def dataset(self, corr: Corr) -> xr.Dataset:
