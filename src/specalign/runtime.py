@@ -94,6 +94,34 @@ def release_freed_memory() -> None:
         pass
 
 
+#: mallopt's parameter number for the mmap threshold (glibc's malloc.h)
+_M_MMAP_THRESHOLD = -3
+#: glibc's ceiling for its dynamic mmap threshold on 64-bit machines (4 MiB x 8)
+HEAP_CEILING = 32 * 2**20
+
+
+def set_mmap_threshold(nbytes: int) -> bool:
+    """Have glibc map every block of at least ``nbytes`` apart from its heap, so that it
+    goes back to the system when it is freed; False where the libc is not glibc.
+
+    glibc starts at 128 KiB and raises the threshold to the size of each mapped block
+    that is freed, up to :data:`HEAP_CEILING`. A streamed model allocates and frees one
+    unit's float32 weights, then its activations, for every unit: after the first frees
+    those blocks land on the heap, between long-lived ones, and the heap's freed pages
+    stay resident. Setting the threshold ends the raising (glibc's ``mallopt``), for the
+    rest of the process.
+    """
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(nbytes)))
+    except (OSError, AttributeError):  # musl or another libc
+        return False
+
+
 def pinned_threads() -> int | None:
     """The thread count the last :func:`pin_threads` set in this process (None: never
     pinned). Outputs record it: results are bit-identical only between equal counts."""

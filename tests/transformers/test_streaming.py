@@ -30,8 +30,17 @@ from specalign.transformers import steer as st
 
 torch.set_num_threads(1)
 
-STREAM_CASES = ["bert", "albert", "gpt2", "llama", "mistral", "qwen2", "phi3", "opt_post_ln",
-                "falcon"]
+STREAM_CASES = [
+    "bert",
+    "albert",
+    "gpt2",
+    "llama",
+    "mistral",
+    "qwen2",
+    "phi3",
+    "opt_post_ln",
+    "falcon",
+]
 
 
 def _folder(tmp: Path, case: str, **save: Any) -> Path:
@@ -113,6 +122,16 @@ def test_next_token_probabilities_streamed(tmp_models: Path) -> None:
         np.testing.assert_allclose(s_after[0], s_before, rtol=1e-6)  # W_O as it is
         # the unchanged model and the variants run in lockstep: every unit read once
         assert loads[0] == len(slm.specalign_stream.units), case
+        # variants cast to the model's float32 beforehand (as steering_dataset passes
+        # them, to hold no float64 copy while the model streams): the same probabilities
+        slm = streaming.streamed_model(folder, "causal_lm")
+        f_before, f_after = st.next_token_probs(
+            slm, ids, 3, [v.astype(np.float32) for v in variants]
+        )
+        streaming.close_stream(slm)
+        np.testing.assert_array_equal(f_before, s_before)
+        for a, b in zip(f_after, s_after, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def _one_variant_at_a_time(slm: Any, ids: np.ndarray, variants: list[np.ndarray]) -> list:

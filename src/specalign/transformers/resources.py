@@ -38,10 +38,11 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   a block at a time, as propagate) with a few layers' states (the unchanged run is
   reduced a state at a time), ``threads`` variants in the making (W_O', Delta W_O and
   their decomposition) and every finished variant's W_O'; the streamed causal LM with the
-  variants' W_O (float64, and the float32 copy of the one in use), the replayed layer
-  output, about two float32 states per layer (measured; their owner is not
-  established) and, since the unchanged model and the variants advance through the units
-  together (each unit read once), the hidden states and last position's logits of each.
+  variants' W_O (cast to float32 before it streams), the replayed layer output and,
+  since the unchanged model and the variants advance through the units together (each
+  unit read once), the hidden states and last position's logits of each. Nothing there
+  grows with depth: glibc maps large blocks apart from its heap while a model streams
+  (before, heap fragmentation added about two float32 states per layer).
 
 A unit's size comes from config.json (:func:`unit_parameters`): a layer's grouped-query
 attention (Q and O at n_heads d_head, K and V at n_kv_heads d_head), its feed-forward
@@ -324,16 +325,15 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             * 8.0
             * (3 * d * inner + (0.0 if s.factored else d * d) + 8 * n * n)
             + w.variants * d * inner * 8.0,
-            # the variants' W_O (float64, one float32 copy at a time), the replayed
-            # layer output with one layer's activations; the unchanged pass and the
-            # variants advance together (a unit read once for all): each one's states
-            # and last position's logits at once; and what grows with depth: the
-            # streamed causal LM's peak grew by 1.09 GiB from 2 to 32 layers at the
-            # Llama-3-8B shape (bench/README.md), about two float32 states of every
-            # token per layer; which arrays they are is not established
+            # the variants' W_O (cast to float32 before the model streams; a transposed
+            # copy for GPT-2's Conv1D), the replayed layer output with one layer's
+            # activations; the unchanged pass and the variants advance together (a unit
+            # read once for all): each one's states and last position's logits at once.
+            # Nothing grows with depth since glibc maps large blocks apart from its heap
+            # while a model streams (streaming.STREAM_MMAP_THRESHOLD; before, the peak
+            # grew by about two float32 states per layer: heap fragmentation)
             "streamed causal LM": unit
-            + 2 * states32
-            + w.variants * d * inner * 8.0
+            + w.variants * d * inner * 4.0
             + d * inner * 4.0
             + (w.variants + 2) * w.tokens * d * 4.0
             + (w.variants + 2) * w.n_prompts * s.vocab_size * 4.0,
