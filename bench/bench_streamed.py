@@ -299,7 +299,9 @@ def run_job(
         )
         mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)
         dirs = spectra.block_directions(read_netcdf(folder / "spectra.nc"), "spectra.nc")
-        run = prop.propagation_run(mw, hidden, PAPER_ETA, cfg_p, seed=0, directions=dirs)
+        run = prop.propagation_run(
+            mw, hidden, PAPER_ETA, cfg_p, seed=0, directions=dirs, threads=threads
+        )
         info["modes"] = run.layers
         ds = run.dataset
         write_netcdf(folder / "propagation.nc", ds, headline=("gamma", "psi", "rho"))

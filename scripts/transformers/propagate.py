@@ -55,6 +55,7 @@ def main(smk):
         seed=int(settings["prompts"]["seed"]),
         directions=directions,
         progress=LogProgress(2, "simplified runs", every=0.0),
+        threads=smk.threads,
     )
     for mode, n in run.layers.items():
         log.info("mode %s: %d layers", mode, n)

@@ -100,6 +100,9 @@ def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
     run = prop.propagation_run(mw, hidden.astype(np.float32), ETA, cfg, seed=2)
     states = prop.propagation_states(mw, hidden.astype(np.float32), ETA, cfg)
     xr.testing.assert_identical(run.dataset, prop.propagation_dataset(mw, states, cfg, seed=2))
+    # the two correlations side by side on two threads: the same bits
+    two = prop.propagation_run(mw, hidden.astype(np.float32), ETA, cfg, seed=2, threads=2)
+    xr.testing.assert_identical(two.dataset, run.dataset)
     assert run.layers == {m: s.shape[0] - 1 for m, s in states.items()}
     assert list(run.dataset.mode.values) == list(states)
     assert run.first_nonfinite == {}

@@ -21,6 +21,7 @@ common offset such as the large constant components of GPT-2's residual stream).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -255,7 +256,8 @@ class MetricsStream:
 
     ``modes`` maps each mode to its number of layers T_mode, in the dataset's order;
     ``corrs`` are the correlations computed in the one pass (the propagate rule writes
-    both). ``first_nonfinite[mode]`` is the first state with a NaN or inf, if any.
+    both), side by side on ``threads`` cores. ``first_nonfinite[mode]`` is the first
+    state with a NaN or inf, if any.
     """
 
     def __init__(
@@ -270,6 +272,7 @@ class MetricsStream:
         proj: Literal["top2", "v1"] = "top2",
         normalize_distance: bool = True,
         directions: Sequence[Mapping[str, Any]] | None = None,
+        threads: int = 1,
     ) -> None:
         if proj not in ("top2", "v1"):
             raise ValueError(f"proj must be 'top2' or 'v1', got {proj!r}")
@@ -285,6 +288,7 @@ class MetricsStream:
         self.corrs = tuple(corrs)
         self.n_null_draws, self.seed, self.proj = int(n_null_draws), int(seed), proj
         self.normalize_distance = bool(normalize_distance)
+        self.threads = max(int(threads), 1)
         self.dirs = layer_directions(mw, T, directions)
         rng = np.random.default_rng(seed)
         self.rand = unit(rng.standard_normal((n_null_draws, T, mw.d_model)))
@@ -328,7 +332,8 @@ class MetricsStream:
                 self.first_nonfinite.setdefault(m, t)
         index = [list(self.modes).index(m) for m in modes]
         distance = token_distance(S, normalize=self.normalize_distance)  # corr-free
-        for corr in self.corrs:
+
+        def reading(corr: Corr) -> None:
             out = self.out[corr]
             # as a whole run's rows would be: the leading axis is the state's
             Su, Mu = _unit_rows(S[None], corr)[0], _unit_rows(S[None].mean(axis=2), corr)[0]
@@ -344,6 +349,17 @@ class MetricsStream:
                     if k != "token_distance":
                         out[k][mi, t - 1] = val
                 self._prev[(corr, m)] = (Su, Mu)
+
+        # the correlations side by side on the job's cores: their norms and dot products
+        # are numpy loops on one core each (numpy lets go of the GIL in them), the same
+        # operations on the same rows either way; each writes only its own arrays
+        n = min(self.threads, len(self.corrs))
+        if n > 1:
+            with ThreadPoolExecutor(n) as pool:
+                list(pool.map(reading, self.corrs))
+        else:
+            for corr in self.corrs:
+                reading(corr)
         for m in modes:
             self.n_added[m] = t + 1
             if t == self.modes[m]:  # the mode's last state: nothing more to compare with

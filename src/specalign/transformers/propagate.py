@@ -438,6 +438,7 @@ def propagation_run(
     seed: int,
     directions: Sequence[Mapping[str, Any]] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    threads: int = 1,
 ) -> PropagationRun:
     """:func:`propagation_dataset` of :func:`propagation_states`, each state reduced to
     its metrics as it is computed (:class:`~specalign.transformers.metrics.MetricsStream`):
@@ -446,7 +447,8 @@ def propagation_run(
     width the two 81-state runs of 1000 tokens would be 10.6 GB in float64). The values
     are those of the whole runs, bit for bit.
 
-    ``progress(done, 2)`` is called after each simplified run.
+    ``progress(done, 2)`` is called after each simplified run; ``threads``: the job's
+    cores, on which the two correlations' metrics of a state are computed side by side.
     """
     L = mw.n_layers
     T = max(int(cfg["prolonged_layers"]), L)
@@ -457,7 +459,7 @@ def propagation_run(
         if prolong:
             layers[f"prolonged_{attention}"] = T
     modes = {m: layers[m] for m in MODES if m in layers}
-    stream = _metrics_stream(mw, modes, np.shape(hidden)[1:3], cfg, seed, directions)
+    stream = _metrics_stream(mw, modes, np.shape(hidden)[1:3], cfg, seed, directions, threads)
     for X in hidden:
         stream.add("real_model", X)
     X0 = np.asarray(hidden[0], np.float64)
@@ -480,6 +482,7 @@ def _metrics_stream(
     cfg: Mapping[str, Any],
     seed: int,
     directions: Sequence[Mapping[str, Any]] | None,
+    threads: int = 1,
 ) -> MetricsStream:
     """The metrics of both correlations in one pass, the configured one first."""
     corr = cfg["corr"]
@@ -496,6 +499,7 @@ def _metrics_stream(
         n_null_draws=int(cfg["null_draws"]),
         seed=seed,
         directions=directions,
+        threads=threads,
     )
 
 
