@@ -28,7 +28,7 @@ from specalign.transformers.directions import block_principal_directions, layer_
 from specalign.transformers.linalg import rows_matmul, stacked_matmul, unit
 from specalign.transformers.metrics import MetricsStream
 from specalign.transformers.variables import PROPAGATION, describe
-from specalign.transformers.weights import BlockWeights, ModelWeights
+from specalign.transformers.weights import BlockWeights, ModelWeights, first_of_groups
 
 __all__ = [
     "apply_rotary",
@@ -149,10 +149,8 @@ def _kv_heads(
     shape, 8x at Llama-3-70B's). The per-head steps that follow (q/k norms, rotary
     positions) are applied at n_kv_heads too, then :func:`_query_heads` repeats them."""
     kv = mw.kv_heads
-    if kv != mw.n_heads:
-        group, d_head = mw.n_heads // kv, W.shape[0] // mw.n_heads
-        W = W.reshape(kv, group, d_head, -1)[:, 0].reshape(kv * d_head, -1)
-        b = None if b is None else b.reshape(kv, group, d_head)[:, 0].reshape(-1)
+    W = first_of_groups(W, mw.n_heads, kv)
+    b = None if b is None else first_of_groups(b, mw.n_heads, kv)
     Y = rows_matmul(Z, W.T)
     return _heads_split(Y if b is None else Y + b, kv)
 

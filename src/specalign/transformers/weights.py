@@ -136,10 +136,7 @@ def ov_factors(blk: BlockWeights, n_heads: int, n_kv_heads: int) -> tuple[np.nda
     W_O (d, n_heads*d_head) and W_V (n_heads*d_head, d) of the package convention."""
     if n_kv_heads == n_heads:
         return blk.W_O, blk.W_V
-    d = blk.W_V.shape[1]
-    group = n_heads // n_kv_heads
-    d_head = blk.W_V.shape[0] // n_heads
-    W_V = blk.W_V.reshape(n_kv_heads, group, d_head, d)[:, 0].reshape(n_kv_heads * d_head, d)
+    W_V = first_of_groups(blk.W_V, n_heads, n_kv_heads)
     return grouped_output(blk.W_O, n_heads, n_kv_heads), np.ascontiguousarray(W_V)
 
 
@@ -150,6 +147,16 @@ def grouped_output(W_O: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray
     d_head = inner // n_heads
     W_O = W_O.reshape(d, n_kv_heads, n_heads // n_kv_heads, d_head).sum(axis=2)
     return W_O.reshape(d, n_kv_heads * d_head)
+
+
+def first_of_groups(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """The rows of the first query head of each key/value group of an expanded W_K, W_V,
+    b_K or b_V (n_heads*d_head, ...): (n_kv_heads*d_head, ...), W itself without grouping.
+    Unchecked, for the hot loops (:func:`group_rows` checks that the groups are copies)."""
+    if n_kv_heads == n_heads:
+        return W
+    shaped = W.reshape(n_kv_heads, n_heads // n_kv_heads, W.shape[0] // n_heads, *W.shape[1:])
+    return shaped[:, 0].reshape(-1, *W.shape[1:])
 
 
 def group_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
@@ -165,7 +172,7 @@ def group_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
             f"key/value rows are not repeated over the {group} query heads of each of the "
             f"{n_kv_heads} key/value heads"
         )
-    return np.ascontiguousarray(shaped[:, 0].reshape(-1, *W.shape[1:]))
+    return np.ascontiguousarray(first_of_groups(W, n_heads, n_kv_heads))
 
 
 def expand_rows(W: np.ndarray, n_heads: int, n_kv_heads: int) -> np.ndarray:
