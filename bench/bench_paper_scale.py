@@ -264,6 +264,8 @@ def requested(work: Path, model: str, rule: str, threads: int) -> dict[str, int]
     tcfg = yaml.safe_load((work / "config.yaml").read_text())["transformers"]
     manifest = json.loads((work / "models" / model / "manifest.json").read_text())
     folder = Path(manifest["path"])
+    if not folder.is_absolute():  # a random twin's manifest names it from the work folder
+        folder = work / folder
     size = model_size(json.loads((folder / "config.json").read_text()), folder)
     return job_resources(rule, size, Workload.from_config(tcfg, size.n_layers), threads)
 
