@@ -83,15 +83,21 @@ def release_freed_memory() -> None:
     matrix per layer although nothing is alive. ``malloc_trim`` hands those pages back,
     which keeps the extraction's peak at the order of one layer.
     """
+    _glibc_call("malloc_trim", 0)
+
+
+def _glibc_call(name: str, *args: int) -> int | None:
+    """glibc's function ``name`` called with ``args``; None where the libc is not glibc
+    (another platform, musl: no such function), so the callers are no-ops there."""
     import ctypes
     import sys
 
     if not sys.platform.startswith("linux"):
-        return
+        return None
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # musl or another libc: nothing to trim
-        pass
+        return int(getattr(ctypes.CDLL("libc.so.6"), name)(*args))
+    except (OSError, AttributeError):
+        return None
 
 
 #: mallopt's parameter number for the mmap threshold (glibc's malloc.h)
@@ -111,15 +117,7 @@ def set_mmap_threshold(nbytes: int) -> bool:
     stay resident. Setting the threshold ends the raising (glibc's ``mallopt``), for the
     rest of the process.
     """
-    import ctypes
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(nbytes)))
-    except (OSError, AttributeError):  # musl or another libc
-        return False
+    return bool(_glibc_call("mallopt", _M_MMAP_THRESHOLD, int(nbytes)))
 
 
 def pinned_threads() -> int | None:
