@@ -13,16 +13,26 @@ the file.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
+import re
+import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specalign.runtime import check_snakemake_alive, pinned_threads
+from specalign.runtime import (
+    WRITER_TAG_RE,
+    check_snakemake_alive,
+    pinned_threads,
+    writer_gone,
+    writer_tag,
+)
 
 
 class InputFileError(RuntimeError):
@@ -37,13 +47,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     (it is neither created nor truncated); so it is when the job's Snakemake process is
     gone (``OrphanedJobError``). mkstemp creates the temporary file 0600; before the
     rename it gets the mode the umask gives a new file, so that collaborators read
-    published results as they read any other file of the user's.
+    published results as they read any other file of the user's. A SIGKILL leaves the
+    temporary file behind (nothing runs); the next writer of ``path`` removes it
+    (:func:`new_partial`).
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = new_partial(final)
     try:
         yield tmp_path
         if tmp_path.is_file():  # a writer may also have replaced it by a folder or nothing
@@ -54,6 +63,58 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+#: A partial file or folder whose writer cannot be checked (it ran on another host, or
+#: its name predates the writer tag) counts as abandoned after this many seconds: no
+#: single write of the workflow's takes that long.
+STALE_AFTER_S = 6 * 3600
+
+
+def new_partial(final: Path, folder: bool = False) -> Path:
+    """Create the temporary file (or folder) in which ``final`` is written:
+    ``.<name>.<writer>.<random>.part`` beside it, ``<writer>`` naming this process
+    (:func:`specalign.runtime.writer_tag`). The partials that an earlier writer of
+    ``final`` left when it was killed (SIGKILL, the OOM killer, a lost node: no
+    ``except`` ran) are removed first (:func:`remove_stale_partials`)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(final)
+    prefix = f".{final.name}.{writer_tag()}."
+    if folder:
+        return Path(tempfile.mkdtemp(prefix=prefix, suffix=".part", dir=final.parent))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".part", dir=final.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def remove_stale_partials(final: Path) -> list[Path]:
+    """Delete the partials of ``final`` whose writer is gone; return them.
+
+    A partial is stale when the process its name records has ended on this host
+    (:func:`specalign.runtime.writer_gone`), or, when that cannot be told (another host,
+    or a name without a writer tag), once it is older than :data:`STALE_AFTER_S`. A
+    live writer's partial is never touched: two runs may write the same file."""
+    tagged = re.compile(rf"^\.{re.escape(final.name)}\.{WRITER_TAG_RE}\..+\.part$")
+    removed = []
+    for entry in sorted(final.parent.glob(f".{glob.escape(final.name)}.*.part")):
+        if entry.is_symlink():
+            continue
+        m = tagged.match(entry.name)
+        gone = writer_gone(m["host"], int(m["pid"]), m["start"]) if m else None
+        if gone is None:
+            try:
+                gone = time.time() - entry.stat().st_mtime > STALE_AFTER_S
+            except OSError:
+                continue
+        if not gone:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
 
 
 def umask() -> int:

@@ -126,6 +126,60 @@ def pinned_threads() -> int | None:
     return _PINNED[0]
 
 
+# --------------------------------------------------------------------------- writers
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (/proc/<pid>/stat field
+    22; Linux only, else None). It never moves with the wall clock, and with the PID it
+    names one process: a later process reusing the PID has a later start."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # the command name (field 2) is parenthesised and may hold spaces or parentheses
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _host_tag() -> str:
+    import hashlib
+    import socket
+
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def writer_tag() -> str:
+    """This process as a name fragment, ``h<host>p<pid>s<start>`` (host: 8 hex digits
+    of its name's SHA-1; start: :func:`_start_ticks`, 0 where unknown). Partial files
+    carry it, so that whoever finds one can tell whether its writer still runs."""
+    pid = os.getpid()
+    return f"h{_host_tag()}p{pid}s{_start_ticks(pid) or 0}"
+
+
+WRITER_TAG_RE = r"h(?P<host>[0-9a-f]{8})p(?P<pid>[0-9]+)s(?P<start>[0-9]+)"
+
+
+def writer_gone(host: str, pid: int, start: str) -> bool | None:
+    """Whether the process a :func:`writer_tag` names has ended: True or False on this
+    host, None on another (it cannot be checked from here). A PID that runs again under
+    a later start counts as ended; with no start recorded (``"0"``) only a missing PID
+    does."""
+    if host != _host_tag():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it runs, as another user
+        pass
+    if start == "0":
+        return False
+    now = _start_ticks(pid)
+    return now is not None and now != start
+
+
 # --------------------------------------------------------------------------- orphans
 
 

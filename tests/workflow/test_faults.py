@@ -551,6 +551,14 @@ def test_sigkill_during_training_then_resume(repo, reference, tmp_path_factory, 
         assert compare_files(reference / rel, path) == [], rel
     incomplete = list((work / ".snakemake" / "incomplete").glob("*"))
     assert incomplete, "snakemake should have marked the running jobs' outputs incomplete"
+    # A kill during a write leaves that write's partial (a kill runs no cleanup), which
+    # the rerun of its job must remove. Whether this kill caught a write depends on the
+    # timing, so one is planted for the killed run's PID, as its writer would have named it.
+    from specalign.runtime import writer_tag
+
+    host = writer_tag().split("p")[0]
+    planted = traj.with_name(f".{traj.name}.{host}p{proc.pid}s0.planted.part")
+    planted.write_bytes(b"half a file")
 
     # Snakemake's lock survives a SIGKILL: the next run says how to remove it.
     out = run_snakemake(repo, work, TARGET, ok=False)
@@ -560,13 +568,14 @@ def test_sigkill_during_training_then_resume(repo, reference, tmp_path_factory, 
     assert "profiles/default" in out  # the profile that sets rerun-incomplete
     diffs, counts = compare_outputs(reference, work)
     assert diffs == [], "\n".join(diffs)
+    assert not planted.exists()
     faults.record(
         "kill",
         "SIGKILL to the snakemake process group at the first training progress line "
         "(`gradient descent: ...`), then rerun",
         "no trajectories.h5 at the final path, files present were whole; rerun refused "
         "until `--unlock` (Snakemake's lock), then completed bit-identical to an "
-        "uninterrupted run",
+        "uninterrupted run, the killed writes' partials (one planted) removed",
         killed_at=killed_at.replace(" ", ""),
         files_present_after_kill=len(present),
         part_files_left=len(leftovers),

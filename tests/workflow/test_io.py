@@ -1,6 +1,10 @@
 """Atomic writes and clear errors for corrupt inputs (the data contracts' I/O layer)."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -26,6 +30,53 @@ def test_atomic_path_keeps_old_file_on_failure(tmp_path):
         tmp.write_text("partial")
         raise RuntimeError
     assert target.read_text() == "complete old result"
+
+
+def test_a_killed_writers_partial_is_removed_by_the_next_writer(tmp_path):
+    """SIGKILL runs no ``except``: the partial stays until the next writer of the same
+    file removes it, and only when its writer is provably gone (or it is old)."""
+    from specalign.runtime import writer_tag
+
+    target = tmp_path / "trajectories.h5"
+    code = (
+        "import os, signal, sys; from specalign import io\n"
+        "with io.atomic_path(sys.argv[1]) as tmp:\n"
+        "    tmp.write_bytes(b'half')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)])
+    assert proc.wait(timeout=120) == -signal.SIGKILL
+    (killed,) = tmp_path.glob(".trajectories.h5.*.part")
+    assert f"p{proc.pid}s" in killed.name and not target.exists()
+
+    tag = writer_tag()  # this process: alive
+    host, rest = tag[1:9], tag[9:]
+    pid = rest[1:].split("s")[0]
+    old = time.time() - 7 * 3600
+    cases = {
+        f".trajectories.h5.{tag}.abc.part": (None, True),  # a live writer (this one)
+        f".trajectories.h5.h{host}p{pid}s1.abc.part": (None, False),  # PID reused later
+        ".trajectories.h5.h00000000p1s1.abc.part": (None, True),  # another host, recent
+        ".trajectories.h5.h00000000p1s2.abc.part": (old, False),  # another host, old
+        ".trajectories.h5.untagged.part": (None, True),  # no writer named, recent
+        ".trajectories.h5.untagged2.part": (old, False),  # no writer named, old
+        ".other.h5.h00000000p1s1.abc.part": (old, True),  # another file's
+    }
+    for name, (mtime, _kept) in cases.items():
+        (tmp_path / name).write_bytes(b"x")
+        if mtime is not None:
+            os.utime(tmp_path / name, (mtime, mtime))
+    os.symlink(tmp_path / "nowhere", tmp_path / ".trajectories.h5.link.part")
+    folder = tmp_path / f".trajectories.h5.h{host}p{pid}s1.dir.part"
+    folder.mkdir()
+    (folder / "inside").write_bytes(b"x")
+
+    io.write_text(target, "complete\n")
+    assert target.read_text() == "complete\n"
+    assert not killed.exists() and not folder.exists()
+    for name, (_mtime, kept) in cases.items():
+        assert (tmp_path / name).exists() == kept, name
+    assert (tmp_path / ".trajectories.h5.link.part").is_symlink()
 
 
 def test_h5_round_trip_with_strings_and_attrs(tmp_path):

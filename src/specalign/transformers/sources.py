@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specalign.io import InputFileError, new_file_mode
+from specalign.io import STALE_AFTER_S, InputFileError, new_file_mode
 from specalign.runtime import check_snakemake_alive
 
 #: The tokenizer's data files, by name: never a pattern such as ``tokenizer*`` or
@@ -453,9 +453,6 @@ def provenance(spec: Mapping[str, Any], model_dir: str | Path) -> dict[str, str]
 #: folder holding it is ever replaced or deleted: ``transformers.cache`` may point at a
 #: folder of the user's, and what was there before is theirs.
 OWNER_MARKER = ".specalign-owned.json"
-#: A partial folder whose writer cannot be checked (another host) counts as stale after
-#: this many seconds; writing a random model takes seconds to minutes.
-STALE_AFTER_S = 6 * 3600
 
 
 def _mark_owned(folder: Path, what: str) -> None:

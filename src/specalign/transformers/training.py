@@ -41,13 +41,14 @@ import contextlib
 import math
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from specalign.io import new_partial
 
 #: Families that can be trained, with their objective.
 FAMILIES = {"albert": "masked_lm", "bert": "masked_lm", "gpt2": "causal_lm"}
@@ -432,7 +433,7 @@ def _heldout_loss(model: Any, batches: Sequence[tuple[Any, Any]]) -> float:
 def _save(model: Any, hf_tok: Any, folder: Path, info: Mapping[str, Any]) -> None:
     import json
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".part", dir=folder.parent))
+    tmp = new_partial(folder, folder=True)  # and a killed run's partials go
     try:
         model.save_pretrained(str(tmp))
         hf_tok.save_pretrained(str(tmp))
