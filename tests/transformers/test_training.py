@@ -87,7 +87,7 @@ def test_deterministic_and_shared_weights(tmp_path):
     # whatever threads the process had: the run's own setting (default 1) is used
     torch.set_num_threads(2)
     b = training.train_run({**_run(None, "albert"), **pydoc}, tmp_path / "b")
-    assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2  # given back after the run
     np.testing.assert_array_equal(a.train_loss, b.train_loss)
     np.testing.assert_array_equal(a.heldout_loss, b.heldout_loss)
     cfg = AutoConfig.from_pretrained(tmp_path / "a" / "step8")
@@ -171,3 +171,19 @@ def test_output_bias_starts_at_the_log_prior(tmp_path, family):
     counts = np.bincount(blocks.ids[~blocks.special], minlength=res.vocab_size) + 1.0
     logp = np.log(counts / counts.sum())
     np.testing.assert_allclose(init[changed[0]].numpy(), logp - logp.mean(), rtol=1e-6)
+
+
+def test_the_process_settings_are_given_back(tmp_path):
+    """Deterministic mode and the thread count are the process's: a run sets them for
+    itself and restores them (left on, deterministic mode fills every later torch.empty
+    with NaN, which made laying out a 70B model on the meta device take minutes)."""
+    import torch
+
+    corpus = _cycle_corpus(tmp_path / "cycle.txt", n_docs=20, length=40)
+    before = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    run = _run(corpus, "gpt2", steps=2, threads=1 if before[0] != 1 else 2)
+    training.train_run(run, tmp_path / "ck")
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == before
+    with pytest.raises(training.TrainingError):
+        training.train_run(dict(run, family="nope"), tmp_path / "ck2")
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == before

@@ -100,10 +100,14 @@ class _TorchCheckpoint(CheckpointReader):
 def parameters_on_meta() -> Iterator[None]:
     """Build modules with their parameters on the meta device and their buffers real
     (rotary frequencies, position ids, embedding scales are computed by the family's own
-    constructors and are not in the checkpoint)."""
+    constructors and are not in the checkpoint). Each parameter is first made by the
+    family's constructor on the CPU and moved at once, so it is never written: with
+    deterministic algorithms on, torch would fill it with NaN first (minutes at 70B)."""
     import torch
+    import torch.utils.deterministic
 
     original = torch.nn.Module.register_parameter
+    fill = torch.utils.deterministic.fill_uninitialized_memory
 
     def register(module: Any, name: str, param: Any) -> None:
         original(module, name, param)
@@ -111,10 +115,12 @@ def parameters_on_meta() -> Iterator[None]:
             module._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=False)
 
     torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     try:
         yield
     finally:
         torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
+        torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
 
 
 def layer_container(adapter: FamilyAdapter) -> str:

@@ -452,15 +452,29 @@ def train_run(run: Mapping[str, Any], out_dir: str | Path, log: Any = None) -> R
     trained``) and write its checkpoints to ``out_dir/step{N}``. Returns the record.
 
     On ``run["threads"]`` torch threads (default 1), whatever the caller was granted: the
-    weights depend on the thread count, so it is one of the run's settings."""
+    weights depend on the thread count, so it is one of the run's settings. Both settings
+    are the process's, and are given back on return: left on, deterministic mode fills
+    every later ``torch.empty`` with NaN (87 s to lay out a Llama-3-70B on the meta device
+    in a process that had trained a model, instead of 1.4 s)."""
+    import torch
+
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(max(1, int(run.get("threads", 1))))
+    torch.use_deterministic_algorithms(True)
+    try:
+        return _train(run, Path(out_dir), log)
+    finally:
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        torch.set_num_threads(threads)
+
+
+def _train(run: Mapping[str, Any], out_dir: Path, log: Any) -> RunResult:
     import torch
 
     fam = run["family"]
     if fam not in FAMILIES:
         raise TrainingError(f"family: {fam!r} is not one of {sorted(FAMILIES)}")
-    torch.set_num_threads(max(1, int(run.get("threads", 1))))
-    torch.use_deterministic_algorithms(True)
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     docs = load_corpus(run["corpus"])
