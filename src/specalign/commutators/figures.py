@@ -17,18 +17,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 import xarray as xr
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from specalign.commutators import paper as P
 from specalign.commutators.runs import Experiments, benchmark_runs, seed_frame, synthetic_run
+from specalign.lazy import LazyModule
 from specalign.output import placeholder_figure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+sns = LazyModule("seaborn")
+mpl_figure = LazyModule("matplotlib.figure")
+mpl_ticker = LazyModule("matplotlib.ticker")
 
 DEFECTS: tuple[str, ...] = ("G_D", "G_Q", "G_S")
 _DEFECT_TITLES = {
@@ -70,7 +76,7 @@ def _run_list(runs: Sequence[tuple[str, str, xr.Dataset]]) -> str:
 
 
 def _integer_x(ax: Axes) -> None:
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(mpl_ticker.MaxNLocator(integer=True))
 
 
 def _defect_panels(
@@ -222,7 +228,7 @@ def _defect_figure(
     data, n_div = _collect(runs, DEFECTS, [checkpoint])
     hue = [g for g, _, _ in runs]
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(11.0, 3.6), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(11.0, 3.6), layout="constrained")
         axes = fig.subplots(1, 3, sharey=True)
         log = _defect_panels(axes, data, hue, n_boot=n_boot, seed=seed, legend_title=legend_title)
     caption = (
@@ -277,7 +283,7 @@ def figure2(
     data, n_div = _collect(runs, FRACTIONS + ("chi", "rho_tr_imb"), [checkpoint])
     hue = [g for g, _, _ in runs]
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(3.4 * max(len(runs), 2), 7.0), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(3.4 * max(len(runs), 2), 7.0), layout="constrained")
         top, bottom = fig.subfigures(2, 1)
         bars = np.atleast_1d(top.subplots(1, len(runs), sharey=True))
         for ax, group in zip(bars, hue, strict=True):
@@ -366,7 +372,7 @@ def figure4(
     data, n_div = _collect(runs, DEFECTS + FRACTIONS, [checkpoint])
     hue = [g for g, _, _ in runs]
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(11.0, 7.0), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(11.0, 7.0), layout="constrained")
         top, bottom = fig.subfigures(2, 1)
         axes = top.subplots(1, 3, sharey=True)
         log = _defect_panels(
@@ -432,7 +438,7 @@ def figure5(
     data = pd.concat(frames, ignore_index=True)
     hue = [g for g, _, _ in runs]
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(12.0, 3.8), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(12.0, 3.8), layout="constrained")
         ax_rho, ax_chi = fig.subplots(1, 2)
         for ax, var, title, null, null_label in (
             (ax_rho, "rho_tr_imb", f"$\\rho^{{tr,imb}}_{layer}$", 0.0, "uncorrelated"),

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-import seaborn as sns
 import xarray as xr
-from matplotlib.figure import Figure
 
+from specalign.lazy import LazyModule
 from specalign.transformers.figures.style import (
     _NULL,
     _STYLE,
@@ -26,6 +26,12 @@ from specalign.transformers.figures.style import (
     mode_name,
 )
 from specalign.transformers.tables import mode_view
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+sns = LazyModule("seaborn")
+mpl_figure = LazyModule("matplotlib.figure")
 
 
 def token_distance_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str]:
@@ -43,7 +49,7 @@ def token_distance_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str]:
     finals: dict[str, float] = {}
     with sns.axes_style(_STYLE):
         n_panels = 2 if long_ and short else 1
-        fig = Figure(figsize=(5.2 * n_panels + 1.0, 4.0), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(5.2 * n_panels + 1.0, 4.0), layout="constrained")
         axes = np.atleast_1d(fig.subplots(1, n_panels))
         for ax, group in zip(axes, [g for g in (short, long_) if g], strict=True):
             for mode in group:
@@ -116,7 +122,7 @@ def prolonged_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | None:
     null_level = float("nan")
     sin_all: list[np.ndarray] = []
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(13.0, 4.4), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(13.0, 4.4), layout="constrained")
         ax_g, ax_s = fig.subplots(1, 2)
         for i, (mode, ds) in enumerate(data.items()):
             x = ds["layer"].values

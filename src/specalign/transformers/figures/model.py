@@ -5,8 +5,9 @@ model's files allow, :data:`MODEL_FIGURES` names the files the workflow writes, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import xarray as xr
-from matplotlib.figure import Figure
 
 from specalign.output import placeholder_figure
 from specalign.transformers.contracts import MODES
@@ -19,6 +20,10 @@ from specalign.transformers.figures.propagation import (
 from specalign.transformers.figures.spectra import eigenvalue_figure, heads_figure
 from specalign.transformers.figures.steering import steering_figure
 from specalign.transformers.figures.style import _modes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 
 def model_figures(

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import seaborn as sns
 import xarray as xr
-from matplotlib.figure import Figure
 
+from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
 from specalign.transformers.figures.sphere import sphere_figure13, sphere_figure14
 from specalign.transformers.figures.style import (
@@ -33,6 +33,12 @@ from specalign.transformers.tables import (
     relative_gaps,
 )
 from specalign.transformers.weights import shares_weights
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+sns = LazyModule("seaborn")
+mpl_figure = LazyModule("matplotlib.figure")
 
 
 def _panel_groups(models: Sequence[str], like: Mapping[str, str]) -> list[tuple[str, list[str]]]:
@@ -72,7 +78,7 @@ def spectrum_overview_figure(
         n = len(groups)
         ncol = min(n, 3)
         nrow = math.ceil(n / ncol)
-        fig = Figure(figsize=(4.4 * ncol, 3.6 * nrow), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(4.4 * ncol, 3.6 * nrow), layout="constrained")
         axes = np.atleast_1d(fig.subplots(nrow, ncol, squeeze=False)).ravel()
         for ax, (name, randoms) in zip(axes, groups, strict=False):
             lam = layer_eigenvalues(spectra_by_model[name])
@@ -139,7 +145,7 @@ def eigvec_continuity_figure(
     dims = sorted({_d_model(spectra_by_model[m]) for m in series})
     notes = []
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(7.0, 4.2), layout="constrained")
         ax = fig.subplots()
         for m, ov in series.items():
             x = np.arange(1, ov.size + 1)

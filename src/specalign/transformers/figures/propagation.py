@@ -7,13 +7,12 @@ most-negative-eigenvector nulls. What depth does to the tokens is in :mod:`.dept
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import seaborn as sns
 import xarray as xr
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
+from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
 from specalign.transformers.figures.style import (
     _NULL,
@@ -32,6 +31,13 @@ from specalign.transformers.figures.style import (
 from specalign.transformers.paper import MODE_FIGURES
 from specalign.transformers.tables import mode_view
 from specalign.transformers.weights import shares_weights
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+sns = LazyModule("seaborn")
+mpl_figure = LazyModule("matplotlib.figure")
 
 
 def _paper_figure(mode: str, shared: bool | None) -> str:
@@ -85,7 +91,7 @@ def alignment_figure(
     )
     nulls: dict[str, float] = {}
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(9.0, 8.6), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(9.0, 8.6), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
         for ax, (var, title) in zip(axes, rows, strict=True):
             if var == "rho":
@@ -215,7 +221,7 @@ def correlations_figure(
     factor = math.pi / 2 if plane else 1.0
     means: dict[str, float] = {}
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(9.2, 8.2), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(9.2, 8.2), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
         for ax, (var, title) in zip(axes, rows, strict=True):
             null_scale = factor if var == "corr_proj" else 1.0
@@ -273,7 +279,7 @@ def corr_choice_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | Non
     pal = dict(zip(modes, sns.color_palette("colorblind", len(modes)), strict=True))
     summary: list[str] = []
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(10.0, 7.0), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(10.0, 7.0), layout="constrained")
         axes = fig.subplots(2, 2, sharex=True, sharey="row")
         for col, (name, suffix) in enumerate(((corr, ""), (other, f"_{other}"))):
             ax_g, ax_r = axes[0, col], axes[1, col]

@@ -5,13 +5,12 @@ circuits F_h = W_O^h W_V^h; the random-weight twin in gray where one is configur
 
 from __future__ import annotations
 
-import numpy as np
-import seaborn as sns
-import xarray as xr
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from typing import TYPE_CHECKING
 
+import numpy as np
+import xarray as xr
+
+from specalign.lazy import LazyModule
 from specalign.transformers.figures.style import (
     _N_EIGS,
     _NULL,
@@ -23,6 +22,14 @@ from specalign.transformers.figures.style import (
 )
 from specalign.transformers.tables import layer_eigenvalues
 from specalign.transformers.weights import shares_weights
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+sns = LazyModule("seaborn")
+mpl_figure = LazyModule("matplotlib.figure")
+mpl_ticker = LazyModule("matplotlib.ticker")
 
 
 def _complex_plane_panel(ax: Axes, spectra: xr.Dataset, null_spectra: xr.Dataset | None) -> float:
@@ -170,7 +177,7 @@ def eigenvalue_figure(
     d = _d_model(spectra)
     per_layer = layer_eigenvalues(spectra)
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(13.0, 4.6), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(13.0, 4.6), layout="constrained")
         ax_c, ax_l = fig.subplots(1, 2, width_ratios=[1.0, 1.3])
         radius = _complex_plane_panel(ax_c, spectra, null_spectra)
         complex1 = _layer_eigenvalue_panel(ax_l, per_layer, null_spectra)
@@ -225,8 +232,8 @@ def heads_figure(
     frac = np.asarray(spectra["head_positive_fraction"].values, dtype=float)[lb]
     L, H = frac.shape
     with sns.axes_style("white"):
-        fig = Figure(figsize=(2.0 * min(3.5 + 0.2 * H, 8.0), 2.0 + 0.22 * L),
-                     layout="constrained")  # fmt: skip
+        fig = mpl_figure.Figure(figsize=(2.0 * min(3.5 + 0.2 * H, 8.0), 2.0 + 0.22 * L),
+                                layout="constrained")  # fmt: skip
         ax_l, ax_f = fig.subplots(1, 2)
         lim = float(np.nanmax(np.abs(lam1))) if np.isfinite(lam1).any() else 1.0
         for ax, data, cmap, vmin, vmax, label in (
@@ -238,8 +245,8 @@ def heads_figure(
             fig.colorbar(im, ax=ax, label=label)
             ax.set_xlabel("head $h$")
             ax.set_ylabel("layer $t$")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(mpl_ticker.MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(mpl_ticker.MaxNLocator(integer=True))
         ax_l.set_title("leading eigenvalue of $F_h = W_O^h W_V^h$", fontsize="medium")
         ax_f.set_title("eigenvalue mass with Re $\\lambda > 0$", fontsize="medium")
     med = float(np.nanmedian(frac)) if np.isfinite(frac).any() else float("nan")

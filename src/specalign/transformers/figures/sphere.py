@@ -5,13 +5,12 @@ the bipartite consensus under each configured perturbation, drawn in F's eigenba
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import seaborn as sns
 import xarray as xr
-from matplotlib.figure import Figure
-from mpl_toolkits.mplot3d.axes3d import Axes3D
 
+from specalign.lazy import LazyModule
 from specalign.transformers.figures.style import (
     _NULL,
     _STYLE,
@@ -20,6 +19,13 @@ from specalign.transformers.tables import (
     bipartite_outcomes,
     random_unit_overlap,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from mpl_toolkits.mplot3d.axes3d import Axes3D
+
+sns = LazyModule("seaborn")
+mpl_figure = LazyModule("matplotlib.figure")
 
 #: Seeded random unit directions averaged for the null of Fig. 13's |corr(x_i, v1)|.
 _SPHERE_NULL_DIRECTIONS = 64
@@ -101,7 +107,7 @@ def sphere_figure13(sphere: xr.Dataset) -> tuple[Figure, str]:
     d, n, H = int(sphere.attrs["d"]), int(sphere.attrs["n"]), int(sphere.attrs["heads"])
     finals = {}
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(10.0, 8.6), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(10.0, 8.6), layout="constrained")
         gs = fig.add_gridspec(2, 2, width_ratios=[1.0, 1.2])
         for row, (key, label) in enumerate(
             (("single", "single head"), ("multi", f"multi-head ({H} heads)"))
@@ -161,7 +167,8 @@ def sphere_figure14(sphere: xr.Dataset) -> tuple[Figure, str]:
     pal = sns.color_palette("colorblind", len(perts))
     outcomes = bipartite_outcomes(sphere)
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(10.0, 4.4 * max(len(perts), 1) ** 0.8), layout="constrained")
+        height = 4.4 * max(len(perts), 1) ** 0.8
+        fig = mpl_figure.Figure(figsize=(10.0, height), layout="constrained")
         left, right = fig.subfigures(1, 2, width_ratios=[1.0, 1.1])
         for k, p in enumerate(perts):
             ax3 = left.add_subplot(len(perts), 1, k + 1, projection="3d")

@@ -6,14 +6,12 @@ to the per-layer gamma and rho, and to the target's next-token probability."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import seaborn as sns
 import xarray as xr
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
+from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
 from specalign.transformers.figures.style import (
     _NULL,
@@ -21,6 +19,13 @@ from specalign.transformers.figures.style import (
     _integer_x,
     _nanstats,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+sns = LazyModule("seaborn")
+mpl_figure = LazyModule("matplotlib.figure")
 
 
 def _method_offsets(pos: np.ndarray, k: int, n_methods: int, width: float) -> np.ndarray:
@@ -179,7 +184,7 @@ def steering_figure(steer: xr.Dataset, model: str) -> tuple[Figure, str]:
     pal = dict(zip(methods, sns.color_palette("colorblind", len(methods)), strict=True))
     null_all = _nanmean(steer["gamma_u_null"])
     with sns.axes_style(_STYLE):
-        fig = Figure(figsize=(11.0, 7.6 if not has_p else 11.0), layout="constrained")
+        fig = mpl_figure.Figure(figsize=(11.0, 7.6 if not has_p else 11.0), layout="constrained")
         axes = fig.subplots(3 if has_p else 2, 2)
         _steering_target_panel(axes[0][0], steer, pal, null_all)
         _steering_size_panel(axes[0][1], steer, pal)

@@ -8,15 +8,19 @@ The reading of the null levels is in :mod:`specalign.transformers.figures`.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
-from matplotlib.axes import Axes
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
+from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
+
+mpl_ticker = LazyModule("matplotlib.ticker")
 
 _STYLE = "whitegrid"
 _NULL = "0.35"  # random-direction null
@@ -73,7 +77,7 @@ def _legend_outside(ax: Axes, **kw: Any) -> None:
 
 
 def _integer_x(ax: Axes) -> None:
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(mpl_ticker.MaxNLocator(integer=True))
 
 
 def line_band(
