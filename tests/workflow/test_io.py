@@ -217,3 +217,29 @@ def test_orphaned_job_is_stopped_and_publishes_nothing(tmp_path):
     text = log.read_text()
     assert "is gone" in text and "published" not in text.splitlines()
     assert not out.exists() and list(tmp_path.glob(".out.txt.*")) == []
+
+
+@pytest.mark.parametrize("layout", ["empty", "dense", "hole_first", "hole_between", "hole_last"])
+def test_sha256_of_a_sparse_file_is_that_of_its_bytes(tmp_path, layout):
+    """Holes are hashed as the zeros they read as, without being read."""
+    import hashlib
+
+    from specalign.contents import sha256_file
+
+    path = tmp_path / "f.bin"
+    rng = np.random.default_rng(0)
+    data = rng.bytes((3 << 20) + 12345)
+    with open(path, "wb") as f:
+        if layout == "dense":
+            f.write(data)
+        elif layout == "hole_first":
+            f.seek(5 << 20)
+            f.write(data)
+        elif layout == "hole_between":
+            f.write(data)
+            f.seek(9 << 20, os.SEEK_CUR)
+            f.write(data)
+        elif layout == "hole_last":
+            f.write(data)
+            f.truncate(len(data) + (7 << 20) + 3)
+    assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
