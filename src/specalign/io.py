@@ -71,14 +71,16 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 STALE_AFTER_S = 6 * 3600
 
 
-def new_partial(final: Path, folder: bool = False) -> Path:
+def new_partial(
+    final: Path, folder: bool = False, ours: Callable[[Path], bool] | None = None
+) -> Path:
     """Create the temporary file (or folder) in which ``final`` is written:
     ``.<name>.<writer>.<random>.part`` beside it, ``<writer>`` naming this process
     (:func:`specalign.runtime.writer_tag`). The partials that an earlier writer of
     ``final`` left when it was killed (SIGKILL, the OOM killer, a lost node: no
-    ``except`` ran) are removed first (:func:`remove_stale_partials`)."""
+    ``except`` ran) are removed first (:func:`remove_stale_partials`, with ``ours``)."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(final)
+    remove_stale_partials(final, ours)
     prefix = f".{final.name}.{writer_tag()}."
     if folder:
         return Path(tempfile.mkdtemp(prefix=prefix, suffix=".part", dir=final.parent))
@@ -87,17 +89,19 @@ def new_partial(final: Path, folder: bool = False) -> Path:
     return Path(tmp)
 
 
-def remove_stale_partials(final: Path) -> list[Path]:
+def remove_stale_partials(final: Path, ours: Callable[[Path], bool] | None = None) -> list[Path]:
     """Delete the partials of ``final`` whose writer is gone; return them.
 
     A partial is stale when the process its name records has ended on this host
     (:func:`specalign.runtime.writer_gone`), or, when that cannot be told (another host,
     or a name without a writer tag), once it is older than :data:`STALE_AFTER_S`. A
-    live writer's partial is never touched: two runs may write the same file."""
+    live writer's partial is never touched: two runs may write the same file. Where
+    the folder may hold the user's files too (the model cache), ``ours`` says which
+    entries the workflow made; the others are never touched."""
     tagged = re.compile(rf"^\.{re.escape(final.name)}\.{WRITER_TAG_RE}\..+\.part$")
     removed = []
     for entry in sorted(final.parent.glob(f".{glob.escape(final.name)}.*.part")):
-        if entry.is_symlink():
+        if entry.is_symlink() or (ours is not None and not ours(entry)):
             continue
         m = tagged.match(entry.name)
         gone = writer_gone(m["host"], int(m["pid"]), m["start"]) if m else None

@@ -35,6 +35,7 @@ import yaml
 from test_faults import TIMEOUT, _wait_for_line, fault_log, new_workdir, snakemake_cmd
 
 from specalign.config import ConfigError, load_yaml, validate_config
+from specalign.runtime import writer_tag
 
 
 @pytest.fixture
@@ -547,19 +548,26 @@ def test_foreign_and_stale_model_folders(models, tmp_path, faults):
         proc.wait(timeout=60)
     stale = list(out.parent.glob(".random.*.part"))
     assert len(stale) == 1 and not out.exists()
-    # beside it: a live writer's partial folder (this process) and a foreign one
-    live = out.parent / ".random.live.part"
+    assert f"p{proc.pid}s" in stale[0].name  # its name records the killed writer
+    # beside it: a live writer's partial folder (this process), and the user's own
+    # folders named like partials, one of them days old: never ours to remove
+    live = out.parent / f".random.{writer_tag()}.live.part"
     live.mkdir()
-    marker = json.loads((stale[0] / OWNER_MARKER).read_text())
-    assert marker["pid"] == proc.pid  # the killed writer
-    (live / OWNER_MARKER).write_text(json.dumps(marker | {"pid": os.getpid()}))
+    (live / OWNER_MARKER).write_text((stale[0] / OWNER_MARKER).read_text())
     foreign = out.parent / ".random.mine.part"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("not the workflow's\n")
+    old_foreign = out.parent / f".random.h00000000p{proc.pid}s0.old.part"
+    old_foreign.mkdir()
+    (old_foreign / "notes.txt").write_text("not the workflow's either\n")
+    days_ago = time.time() - 3 * 86400
+    for folder in (foreign, old_foreign):
+        os.utime(folder, (days_ago, days_ago))
     make_random_model(models["tiny_bert"], out, seed=0)
     assert is_owned(out) and (out / "model.safetensors").is_file()
     assert not stale[0].exists()
     assert live.exists() and (foreign / "notes.txt").exists()
+    assert (old_foreign / "notes.txt").exists()
     # replacing a folder of the workflow's own still works
     make_random_model(models["tiny_bert"], out, seed=1)
     assert json.loads((out / "random_model.json").read_text())["seed"] == 1
@@ -567,13 +575,13 @@ def test_foreign_and_stale_model_folders(models, tmp_path, faults):
         "model_folders",
         "`<cache>/m/random/important.txt` of the user's where the random model goes; a "
         "random-model writer killed (SIGKILL) while saving, beside a live writer's partial "
-        "folder and a foreign `.random.mine.part`",
+        "folder and two of the user's named like partials, three days old",
         "the foreign folder is refused by name before any work and left untouched; the "
-        "killed writer's `.random.*.part` is removed by the next writer (its marker names a "
-        "process that is gone), the live and the foreign ones are kept",
+        "killed writer's `.random.*.part` is removed by the next writer (its name records a "
+        "process that is gone), the live one and the user's are kept",
         user_files_lost=0,
         stale_partials_removed=1,
-        other_partials_kept=2,
+        other_partials_kept=3,
     )
 
 

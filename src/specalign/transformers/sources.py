@@ -34,16 +34,15 @@ import re
 import secrets
 import shutil
 import socket
-import tempfile
-import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specalign.io import STALE_AFTER_S, InputFileError, new_file_mode
-from specalign.runtime import check_snakemake_alive
+from specalign import io
+from specalign.io import InputFileError, new_file_mode
+from specalign.runtime import check_snakemake_alive, writer_tag
 
 #: The tokenizer's data files, by name: never a pattern such as ``tokenizer*`` or
 #: ``vocab*``, which would also fetch a repository's ``tokenizer.py``/``vocab.py`` (code
@@ -475,41 +474,25 @@ def _refuse_foreign(folder: Path) -> None:
         )
 
 
-def _is_stale(folder: Path) -> bool:
-    """A partial folder of ours whose writer is gone: its process no longer runs on this
-    host, or (written elsewhere, or before its marker) it is older than STALE_AFTER_S."""
+def _ours(entry: Path) -> bool:
+    """Whether a partial folder beside a model folder is the workflow's: it holds the
+    marker, or it is empty (a writer killed between making it and marking it). Only
+    those are removed when their writer is gone (:func:`specalign.io.remove_stale_partials`):
+    ``transformers.cache`` may hold folders of the user's named the same way."""
+    if not entry.is_dir() or entry.is_symlink():
+        return False
+    if is_owned(entry):
+        return True
     try:
-        age = time.time() - folder.stat().st_mtime
+        return not any(entry.iterdir())
     except OSError:
         return False
-    try:
-        info = json.loads((folder / OWNER_MARKER).read_text())
-    except FileNotFoundError:  # empty: killed before its marker was written; else not ours
-        return age > STALE_AFTER_S and not any(folder.iterdir())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(info, dict) or info.get("created_by") != "specalign":
-        return False
-    if info.get("host") != socket.gethostname():
-        return age > STALE_AFTER_S
-    try:
-        os.kill(int(info["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except (OSError, KeyError, TypeError, ValueError):
-        return False
-    return False
 
 
 def remove_stale_partials(final: Path) -> list[Path]:
     """Delete the partial folders (``.<name>.*.part``) that an interrupted writer of
     ``final`` left beside it, when they are ours and their writer is gone. Returns them."""
-    removed = []
-    for folder in sorted(final.parent.glob(f".{final.name}.*.part")):
-        if folder.is_dir() and not folder.is_symlink() and _is_stale(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
+    return io.remove_stale_partials(final, ours=_ours)
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
@@ -525,8 +508,8 @@ def _replace_dir(tmp: Path, final: Path) -> None:
     trash = None
     if final.exists():
         # named like a partial folder: if a kill interrupts the swap, the next writer
-        # finds it stale (its marker names a writer that is gone) and removes it
-        trash = final.with_name(f".{final.name}.{secrets.token_hex(4)}.old.part")
+        # finds it stale (its name records a writer that is gone) and removes it
+        trash = final.with_name(f".{final.name}.{writer_tag()}.{secrets.token_hex(4)}.old.part")
         os.replace(final, trash)
     os.replace(tmp, final)
     if trash is not None:
@@ -574,8 +557,7 @@ def make_random_model(
 
     model_class = _random_model_class(config.model_type)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
+    tmp = io.new_partial(out_dir, folder=True, ours=_ours)  # a killed writer's partials go
     try:
         _mark_owned(tmp, "random-weight model")
         written = write_random_weights(model_class, config, tmp, seed)
