@@ -228,7 +228,8 @@ def test_series_points_are_derived_models(base):
         ),
         (
             dict(source="trained", vocab_size=10**6),
-            r"transformers\.series\.s\.vocab_size: 1000000 pieces, but the corpus allows",
+            r"transformers\.series\.s\.vocab_size: 1000000 pieces, but the tokenizer of "
+            r"bert learns at most \d+ from the training split",
         ),
         (dict(source="trained", steps=16, points=[3]), r"transformers\.series\.s\.points: step 3"),
         (dict(source="trained", d_model=30, n_heads=4), r"transformers\.series\.s\.n_heads"),
@@ -239,6 +240,28 @@ def test_series_points_are_derived_models(base):
 def test_series_bad_input_names_the_key(base, series, match):
     with pytest.raises(ConfigError, match=match):
         validate_config(_with_series(base, s=series))
+
+
+def test_series_vocabulary_limit_is_the_tokenizers_own(base):
+    """The check trains the run's tokenizer on the run's training split: a word-level
+    vocabulary for the encoders (lower-cased words of the training documents only), byte-
+    level BPE for gpt2, which ends with more pieces than the corpus has distinct words."""
+    from specalign.transformers import training
+
+    docs = training.load_corpus({"kind": "pydoc_topics"})
+    train_docs, _ = training.split_documents(docs, 0.1, 0)
+    words = training.vocabulary_limit(train_docs, "bert", 10**6)
+    pieces = training.vocabulary_limit(train_docs, "gpt2", 10**6)
+    assert words is not None and pieces is not None and words < pieces
+    assert training.vocabulary_limit(train_docs, "bert", words) is None
+    assert training.vocabulary_limit(train_docs, "gpt2", pieces) is None
+    assert training.vocabulary_limit(train_docs, "gpt2", pieces + 1) == pieces
+    run = dict(source="trained", family="albert", heldout_fraction=0.1, split_seed=0)
+    validate_config(_with_series(base, s=dict(run, vocab_size=words)))
+    with pytest.raises(ConfigError, match=rf"s\.vocab_size: {words + 1} .* at most {words}"):
+        validate_config(_with_series(base, s=dict(run, vocab_size=words + 1)))
+    # more BPE pieces than the encoders' words: a limit the gpt2 run may use
+    validate_config(_with_series(base, s=dict(run, family="gpt2", vocab_size=words + 1)))
 
 
 def test_series_empty_corpus_file(base, tmp_path):

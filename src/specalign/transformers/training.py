@@ -52,18 +52,28 @@ from specalign.io import new_partial
 
 #: Families that can be trained, with their objective.
 FAMILIES = {"albert": "masked_lm", "bert": "masked_lm", "gpt2": "causal_lm"}
-#: Special tokens of the encoders' WordPiece tokenizer (BERT's names and order).
+#: Special tokens of the encoders' word-level tokenizer (BERT's names and order).
 ENCODER_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 #: GPT-2's single special token (beginning/end of text, also the padding id).
 DECODER_SPECIAL = "<|endoftext|>"
 #: A run counts as trained when its final held-out loss is at most this fraction of the
 #: held-out unigram entropy (20 % below the best context-free predictor).
 WELL_BELOW = 0.8
-_WORD_RE = re.compile(r"\w+|[^\w\s]")
 
 
 class TrainingError(ValueError):
     """A training run cannot be set up (corpus, tokenizer, sizes); the message names the key."""
+
+
+class VocabularyError(TrainingError):
+    """``vocab_size`` is more than the tokenizer learns from the corpus (``limit``)."""
+
+    def __init__(self, vocab_size: int, limit: int, what: str = "") -> None:
+        self.limit = limit
+        super().__init__(
+            f"vocab_size: {vocab_size}, but the corpus yields only {limit} pieces{what}; "
+            f"fix: vocab_size <= {limit}"
+        )
 
 
 # --------------------------------------------------------------------------- corpus
@@ -93,16 +103,16 @@ def load_corpus(corpus: Mapping[str, Any]) -> list[str]:
     return docs
 
 
-def vocabulary_bound(docs: Sequence[str]) -> int:
-    """An upper bound on the vocabulary a tokenizer can learn from ``docs``: every
-    distinct pre-token (word or punctuation mark) as one piece, every distinct character
-    twice (word-initial and continuation), and the special tokens."""
-    words: set[str] = set()
-    chars: set[str] = set()
-    for d in docs:
-        words.update(_WORD_RE.findall(d))
-        chars.update(d)
-    return len(words) + 2 * len(chars) + len(ENCODER_SPECIALS)
+def vocabulary_limit(train_docs: Sequence[str], family: str, vocab_size: int) -> int | None:
+    """None when the tokenizer of ``family`` learns ``vocab_size`` pieces from
+    ``train_docs``, else the most it can learn: the word-level vocabulary's distinct
+    words and specials for the encoders, the pieces byte-level BPE ends with for GPT-2.
+    It trains that tokenizer, so it is the check :func:`train_tokenizer` makes."""
+    try:
+        train_tokenizer(train_docs, family, vocab_size)
+    except VocabularyError as exc:
+        return exc.limit
+    return None
 
 
 def split_documents(
@@ -153,11 +163,10 @@ def train_tokenizer(docs: Sequence[str], family: str, vocab_size: int) -> Any:
                 counts[word] = counts.get(word, 0) + 1
         n_words = vocab_size - len(ENCODER_SPECIALS)
         if len(counts) < n_words:
-            raise TrainingError(
-                f"vocab_size: {vocab_size}, but the corpus yields only "
-                f"{len(counts) + len(ENCODER_SPECIALS)} pieces ({len(counts)} distinct words "
-                f"and {len(ENCODER_SPECIALS)} special tokens); fix: vocab_size <= "
-                f"{len(counts) + len(ENCODER_SPECIALS)}"
+            raise VocabularyError(
+                vocab_size,
+                len(counts) + len(ENCODER_SPECIALS),
+                f" ({len(counts)} distinct words and {len(ENCODER_SPECIALS)} special tokens)",
             )
         words = sorted(counts, key=lambda w: (-counts[w], w))[:n_words]
         vocab = {t: i for i, t in enumerate([*ENCODER_SPECIALS, *words])}
@@ -182,10 +191,7 @@ def train_tokenizer(docs: Sequence[str], family: str, vocab_size: int) -> Any:
         )
         tok.train_from_iterator(list(docs), trainer=trainer)
     if tok.get_vocab_size() < vocab_size:
-        raise TrainingError(
-            f"vocab_size: {vocab_size}, but the corpus yields only "
-            f"{tok.get_vocab_size()} pieces; fix: vocab_size <= {tok.get_vocab_size()}"
-        )
+        raise VocabularyError(vocab_size, tok.get_vocab_size())
     return tok
 
 
