@@ -19,7 +19,7 @@ from specalign.config import (
 )
 from specalign.contents import file_digest, model_digest
 from specalign.fingerprint import script_fingerprint
-from specalign.output import CAPTION_SUFFIX
+from specalign.output import CAPTION_SUFFIX, TABLE_FORMATS
 from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.sources import SPEC_KINDS
 from specalign.transformers.tables import MODEL_TABLES

@@ -264,7 +264,7 @@ rule transformer_model_tables:
             expand(
                 results_path("tables/transformers/{{model}}/{table}.{ext}"),
                 table=list(MODEL_TABLES),
-                ext=["csv", "md", "html"],
+                ext=TABLE_FORMATS,
             ),
             caption=lambda stem: f"../report/transformers/table_{stem}.rst",
             category="Transformer study",
@@ -286,10 +286,7 @@ rule transformer_layers:
         propagation=expand(rules.propagate.output[0], model=MODELS),
     output:
         reported(
-            [
-                results_path("tables/transformers/layers.csv"),
-                results_path("tables/transformers/layers.md"),
-            ],
+            expand(results_path("tables/transformers/layers.{ext}"), ext=TABLE_FORMATS),
             caption="../report/transformers/table_layers.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -329,7 +326,7 @@ rule transformer_overview:
             suffix=CAPTION_SUFFIX,
         ),
         sphere_table=reported(
-            expand(results_path("tables/transformers/sphere.{ext}"), ext=["csv", "md", "html"]),
+            expand(results_path("tables/transformers/sphere.{ext}"), ext=TABLE_FORMATS),
             caption="../report/transformers/table_sphere.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -357,7 +354,7 @@ rule series_training:
         tables=reported(
             expand(
                 results_path("tables/transformers/series/{{series}}/training.{ext}"),
-                ext=["csv", "md"],
+                ext=TABLE_FORMATS,
             ),
             caption="../report/transformers/table_training.rst",
             category="Transformer study",

@@ -78,3 +78,24 @@ def recording_env(workdir: Path) -> dict:
     recorder = str(Path(__file__).resolve().parent / "module_recorder")
     pythonpath = os.pathsep.join(p for p in (recorder, os.environ.get("PYTHONPATH")) if p)
     return dict(os.environ, PYTHONPATH=pythonpath, SPECALIGN_MODULE_LOG=str(log))
+
+
+def undeclared_results(repo: Path, workdir: Path, folder: str = "results") -> list[str]:
+    """Files under ``workdir/folder`` that no job of the configuration declares (its
+    outputs as ``snakemake --summary`` lists them; a file inside a declared folder
+    counts as declared). A file a script writes beside its declared outputs is not
+    tracked: not rerun, not in the report, and named as another configuration's by
+    every later run's stale-file check."""
+    out = run_snakemake(repo, workdir, "--summary")
+    declared = {
+        line.split("\t")[0]
+        for line in out.splitlines()
+        if "\t" in line and not line.startswith("output_file\t")
+    }
+    root = workdir / folder
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(workdir)
+        if not any(str(part) in declared for part in (rel, *rel.parents)):
+            found.append(str(rel))
+    return found

@@ -149,17 +149,26 @@ def to_markdown(df: pd.DataFrame, caption: str) -> str:
     return f"{caption}\n\n{df.to_markdown(index=False, floatfmt='.4g')}\n"
 
 
+#: The files :func:`write_table` writes for a table, by extension: the rules declare
+#: their outputs from this, so that none is written undeclared.
+TABLE_FORMATS = ("csv", "md", "html")
+
+
 def write_table(df: pd.DataFrame, stem: str | os.PathLike[str], caption: str) -> list[Path]:
     """Write ``{stem}.csv`` (full precision), ``{stem}.md`` and ``{stem}.html`` (the page
-    the report shows) atomically; return the three paths."""
+    the report shows) atomically (:data:`TABLE_FORMATS`); return the paths."""
     stem = Path(stem)
-    csv_path = stem.with_name(stem.name + ".csv")
-    md_path = stem.with_name(stem.name + ".md")
-    html_path = stem.with_name(stem.name + ".html")
-    io.write_with(csv_path, lambda p: df.to_csv(p, index=False))
-    io.write_text(md_path, to_markdown(df, caption))
-    io.write_text(html_path, to_html(df, caption))
-    return [csv_path, md_path, html_path]
+    writers = {
+        "csv": lambda path: io.write_with(path, lambda p: df.to_csv(p, index=False)),
+        "md": lambda path: io.write_text(path, to_markdown(df, caption)),
+        "html": lambda path: io.write_text(path, to_html(df, caption)),
+    }
+    paths = []
+    for ext in TABLE_FORMATS:
+        path = stem.with_name(f"{stem.name}.{ext}")
+        writers[ext](path)
+        paths.append(path)
+    return paths
 
 
 def fmt_number(x: Any, spec: str = ".4g", missing: str = "") -> str:

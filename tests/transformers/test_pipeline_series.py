@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from snakemake_helpers import planned_jobs, run_snakemake
+from snakemake_helpers import planned_jobs, run_snakemake, undeclared_results
 
 pytestmark = pytest.mark.pipeline
 
@@ -62,6 +62,11 @@ def test_training_nc_contract(series_run):
     assert caption.startswith("Series a: ") and "step" in caption
     report = (workdir / "results/reproduction.md").read_text()
     assert "(7) Over training" in report and "**a** (trained, albert)" in report
+
+
+def test_every_file_written_is_declared(repo, series_run):
+    # series_training wrote training.html undeclared
+    assert undeclared_results(repo, series_run[0]) == []
 
 
 def test_reruns(repo, series_run):

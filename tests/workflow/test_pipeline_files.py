@@ -14,6 +14,15 @@ from specalign.transformers.variables import CONVENTIONS, undescribed
 pytestmark = pytest.mark.pipeline
 
 
+def test_every_file_the_run_wrote_is_a_declared_output(repo, finished_run):
+    """A table format a script writes but its rule does not declare (layers.html was
+    one) is never rerun, never in the report, and every later run names it as another
+    configuration's file."""
+    from snakemake_helpers import undeclared_results
+
+    assert undeclared_results(repo, finished_run) == []
+
+
 def test_every_netcdf_variable_has_a_description(finished_run):
     """Every variable, coordinates included, of every netCDF file the run wrote."""
     files = sorted((finished_run / "results").rglob("*.nc"))
