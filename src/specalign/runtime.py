@@ -11,8 +11,10 @@ before it does any numerical work.
 from __future__ import annotations
 
 import _thread
+import importlib.util
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -29,11 +31,14 @@ _PINNED: list[int | None] = [None]  # what pin_threads last set
 
 
 def pin_threads(n: int) -> int:
-    """Limit BLAS, OpenMP and torch intra-op threads to ``n`` (at least 1).
+    """Limit BLAS, OpenMP and torch intra-op threads to ``n`` (at least 1), and torch's
+    inter-op pool to one thread.
 
     Environment variables only take effect for libraries loaded afterwards, so this
-    also uses threadpoolctl (when present) and torch's own setter for libraries that
-    are already loaded. Returns the number of threads set.
+    also uses threadpoolctl (when present) for libraries that are already loaded. Torch
+    is pinned now if it is loaded, else when it is first imported (:class:`_PinTorch`):
+    importing it only to set its threads cost every job that never uses it (tables,
+    figures, the commutator study) a second. Returns the number of threads set.
     """
     n = max(1, int(n))
     for var in _THREAD_VARS:
@@ -44,19 +49,44 @@ def pin_threads(n: int) -> int:
         threadpool_limits(n)
     except ImportError:  # pragma: no cover - threadpoolctl ships with scipy/sklearn stacks
         pass
-    try:
-        import torch
-
-        torch.set_num_threads(n)
-        if torch.get_num_interop_threads() != 1:
-            try:
-                torch.set_num_interop_threads(1)
-            except RuntimeError:  # already started parallel work; harmless
-                pass
-    except ImportError:  # pragma: no cover
-        pass
     _PINNED[0] = n
+    if "torch" in sys.modules:
+        _pin_torch(sys.modules["torch"], n)
+    elif not any(isinstance(f, _PinTorch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PinTorch())
     return n
+
+
+def _pin_torch(torch: Any, n: int) -> None:
+    torch.set_num_threads(n)
+    if torch.get_num_interop_threads() != 1:
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already started parallel work; harmless
+            pass
+
+
+class _PinTorch:
+    """A one-shot import hook: when torch is first imported, after its module has run,
+    give it the threads :func:`pin_threads` set (the latest count, read then)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        # no import statement here: it would call this finder again
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)  # the real finders locate torch; never again here
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            if _PINNED[0] is not None:
+                _pin_torch(module, _PINNED[0])
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def torch_device(gpu: int | float | None) -> str:
@@ -66,11 +96,11 @@ def torch_device(gpu: int | float | None) -> str:
     A job that was granted no GPU never touches CUDA, even on a GPU node, so that a
     CPU-tagged job cannot steal an accelerator scheduled for another job.
     """
+    if not gpu or float(gpu) <= 0:
+        return "cpu"  # without importing torch: a CPU job of numpy work never loads it
     import torch
 
-    if gpu and float(gpu) > 0 and torch.cuda.is_available():
-        return "cuda"
-    return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def release_freed_memory() -> None:

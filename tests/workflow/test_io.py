@@ -243,3 +243,27 @@ def test_sha256_of_a_sparse_file_is_that_of_its_bytes(tmp_path, layout):
             f.write(data)
             f.truncate(len(data) + (7 << 20) + 3)
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("torch_first", [False, True])
+def test_pinned_threads_reach_torch_whenever_it_is_imported(torch_first):
+    """pin_threads does not import torch (a second per job that never uses it); torch
+    imported later gets the pinned intra-op count and one inter-op thread all the same,
+    and a CPU job's torch_device does not load it either."""
+    code = f"""
+import sys
+if {torch_first}:
+    import torch
+from specalign.runtime import pin_threads, torch_device
+pin_threads(1)
+assert torch_device(0) == "cpu"
+loaded = "torch" in sys.modules
+import torch
+print(loaded, torch.get_num_threads(), torch.get_num_interop_threads())
+pin_threads(2)
+print(torch.get_num_threads())
+"""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout.split()  # fmt: skip
+    assert out == [str(torch_first), "1", "1", "2"]
