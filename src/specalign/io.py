@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
@@ -87,6 +88,21 @@ def new_partial(
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".part", dir=final.parent)
     os.close(fd)
     return Path(tmp)
+
+
+def swap_folder(tmp: Path, final: Path) -> None:
+    """Put the finished folder ``tmp`` at ``final``, replacing the folder there. Two
+    renames, never a moment without one or the other: the old folder is first renamed
+    to a partial of ``final`` in this process's name, so that a kill between the renames
+    leaves it for the next writer to remove (:func:`remove_stale_partials`), not a
+    missing ``final`` beside a half-deleted one."""
+    trash = None
+    if final.exists():
+        trash = final.with_name(f".{final.name}.{writer_tag()}.{secrets.token_hex(4)}.old.part")
+        os.replace(final, trash)
+    os.replace(tmp, final)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def remove_stale_partials(final: Path, ours: Callable[[Path], bool] | None = None) -> list[Path]:

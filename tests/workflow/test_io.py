@@ -267,3 +267,13 @@ print(torch.get_num_threads())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, timeout=120, check=True).stdout.split()  # fmt: skip
     assert out == [str(torch_first), "1", "1", "2"]
+
+
+def test_swap_folder_replaces_the_old_folder_and_leaves_no_partial(tmp_path):
+    final = tmp_path / "step8"
+    for content in ("first", "second"):
+        tmp = io.new_partial(final, folder=True)
+        (tmp / "model.safetensors").write_text(content)
+        io.swap_folder(tmp, final)
+        assert (final / "model.safetensors").read_text() == content
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["step8"]

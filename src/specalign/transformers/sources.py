@@ -31,7 +31,6 @@ import importlib
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import urllib.parse
@@ -42,7 +41,7 @@ from typing import Any
 
 from specalign import io
 from specalign.io import InputFileError, new_file_mode
-from specalign.runtime import check_snakemake_alive, writer_tag
+from specalign.runtime import check_snakemake_alive
 
 #: The tokenizer's data files, by name: never a pattern such as ``tokenizer*`` or
 #: ``vocab*``, which would also fetch a repository's ``tokenizer.py``/``vocab.py`` (code
@@ -505,15 +504,7 @@ def _replace_dir(tmp: Path, final: Path) -> None:
     for path in tmp.rglob("*"):
         os.chmod(path, new_file_mode(folder=path.is_dir()))
     check_snakemake_alive(final)
-    trash = None
-    if final.exists():
-        # named like a partial folder: if a kill interrupts the swap, the next writer
-        # finds it stale (its name records a writer that is gone) and removes it
-        trash = final.with_name(f".{final.name}.{writer_tag()}.{secrets.token_hex(4)}.old.part")
-        os.replace(final, trash)
-    os.replace(tmp, final)
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+    io.swap_folder(tmp, final)
 
 
 def make_random_model(

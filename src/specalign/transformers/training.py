@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from specalign.io import new_partial
+from specalign.io import new_partial, swap_folder
 
 #: Families that can be trained, with their objective.
 FAMILIES = {"albert": "masked_lm", "bert": "masked_lm", "gpt2": "causal_lm"}
@@ -446,9 +446,7 @@ def _save(model: Any, hf_tok: Any, folder: Path, info: Mapping[str, Any]) -> Non
         model.save_pretrained(str(tmp))
         hf_tok.save_pretrained(str(tmp))
         (tmp / "trained_model.json").write_text(json.dumps(dict(info), indent=2) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
+        swap_folder(tmp, folder)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(tmp)
