@@ -478,20 +478,12 @@ def _ours(entry: Path) -> bool:
     marker, or it is empty (a writer killed between making it and marking it). Only
     those are removed when their writer is gone (:func:`specalign.io.remove_stale_partials`):
     ``transformers.cache`` may hold folders of the user's named the same way."""
-    if not entry.is_dir() or entry.is_symlink():
-        return False
     if is_owned(entry):
         return True
     try:
-        return not any(entry.iterdir())
+        return entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir())
     except OSError:
         return False
-
-
-def remove_stale_partials(final: Path) -> list[Path]:
-    """Delete the partial folders (``.<name>.*.part``) that an interrupted writer of
-    ``final`` left beside it, when they are ours and their writer is gone. Returns them."""
-    return io.remove_stale_partials(final, ours=_ours)
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
@@ -547,7 +539,6 @@ def make_random_model(
         )
 
     model_class = _random_model_class(config.model_type)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = io.new_partial(out_dir, folder=True, ours=_ours)  # a killed writer's partials go
     try:
         _mark_owned(tmp, "random-weight model")
