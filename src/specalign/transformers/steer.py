@@ -606,7 +606,7 @@ def model_inputs(
     try:
         t_ids = torch.as_tensor(np.asarray(ids), dtype=torch.long, device=device)
         X0 = streaming.first_layer_input(model, t_ids).to("cpu", torch.float64).numpy()
-        # as the model computes with it (float32): the value the loaded model had
+        # as the model computes with it (its compute dtype): the value the model used
         row = model.specalign_stream.embedding_row(int(token_id))
         e = row.to(model.specalign_stream.dtype).to(torch.float64).numpy()
     finally:
@@ -751,17 +751,19 @@ def steering_dataset(
     fam = mw.family
     causal_lm = adapter_class(fam).causal_lm
     del mw, weights
-    # the causal LM computes in float32 and casts each W_O to it as it runs: cast here
-    # once instead, one variant at a time, so that the float64 ones (6 x 0.54 GB at
-    # Llama-3-70B's width) are not held while it streams; the same values reach it
+    # the causal LM computes in streaming.COMPUTE_DTYPE and casts each W_O to it as it
+    # runs: cast here once instead, one variant at a time, so that the float64 ones
+    # (6 x 0.54 GB at Llama-3-70B's width) are not held while it streams; the same
+    # values reach it
+    compute = streaming.COMPUTE_DTYPE
     for i, W in enumerate(W_O_new):
-        W_O_new[i] = W.astype(np.float32) if causal_lm else None
+        W_O_new[i] = W.astype(compute) if causal_lm else None
     gc.collect()
     if causal_lm:
         if progress:
             progress("next-token probabilities through the causal LM")
         # loaded once, after the float64 weights are gone
-        lm = streaming.streamed_model(model_dir, "causal_lm", device)
+        lm = streaming.streamed_model(model_dir, "causal_lm", device, hf.torch_dtype(compute))
         try:
             before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
         finally:

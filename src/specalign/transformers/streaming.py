@@ -61,6 +61,11 @@ DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2}
 #: model streams (see LayerStream)
 STREAM_MMAP_THRESHOLD = 2**20
 
+#: The dtype a streamed model computes in unless its caller names another: the
+#: issue's float32, whatever the checkpoint stores (callers that prepare tensors for
+#: the model, such as steering's W_O variants, cast to this same name)
+COMPUTE_DTYPE = "float32"
+
 
 class LayerTooLargeError(InputFileError):
     """One unit of the model does not fit the memory limit even streamed."""
@@ -405,7 +410,7 @@ def streamed_model(
 ) -> Any:
     """The family's ``transformers`` model of a local folder, streamed (module doc):
     ``kind`` "base" (``AutoModel``) or "causal_lm" (``AutoModelForCausalLM``), eager
-    attention, eval mode, computing in ``dtype`` (float32 by default) on ``device``.
+    attention, eval mode, computing in ``dtype`` (:data:`COMPUTE_DTYPE` by default) on ``device``.
 
     Every parameter's checkpoint tensor is located before it returns (a missing one is
     an InputFileError naming it), and a model with a unit larger than ``mem_limit``
@@ -416,7 +421,7 @@ def streamed_model(
     from transformers import AutoConfig
 
     model_dir = Path(model_dir)
-    dtype = dtype or torch.float32
+    dtype = dtype or getattr(torch, COMPUTE_DTYPE)
     config = read_config(model_dir)
     adapter = adapter_for(config)
     hf = AutoConfig.from_pretrained(str(model_dir), local_files_only=True, trust_remote_code=False)
