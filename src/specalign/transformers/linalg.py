@@ -40,9 +40,12 @@ def rows_matmul(X: np.ndarray, B: np.ndarray) -> np.ndarray:
     (issue 14). One GEMM reads B once: 3-4x faster there (measured). Where one item's
     product is small (:data:`SMALL_PRODUCT`) the stacked form is kept: it is cheap, and
     OpenBLAS computes it by another kernel. Above that bound the two forms agree to
-    round-off, and with OpenBLAS bit for bit where the widths are multiples of 8 and
-    there is more than one token per prompt (the shapes of the published models and of
-    the default config; measured on 0.3.31, tested at the default config's shape).
+    round-off, and with OpenBLAS on one thread bit for bit where the widths are multiples
+    of 8 and there is more than one token per prompt (the shapes of the published models
+    and of the default config; measured on 0.3.31, tested at the default config's shape).
+    On two threads that holds for its SkylakeX kernels, not for its Haswell ones (an AMD
+    EPYC: the one GEMM orders its sums otherwise), so results of more than one thread may
+    differ in the last bits from those of the stacked form there.
     """
     n, k = X.shape[-2:]
     if X.ndim < 3 or B.ndim != 2 or n * k * B.shape[1] <= SMALL_PRODUCT:
