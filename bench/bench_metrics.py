@@ -54,12 +54,6 @@ def _timed(fn: Any, repeats: int) -> float:
     return best
 
 
-def gemm_rate(n: int = 2048, repeats: int = 3) -> float:
-    """float64 FLOP/s of an n x n x n product on the pinned threads."""
-    a, b = np.random.default_rng(0).standard_normal((2, n, n))
-    return 2.0 * n**3 / _timed(lambda: a @ b, repeats)
-
-
 def _align_gemm(Su: tuple[np.ndarray, np.ndarray], Mu: tuple[np.ndarray, np.ndarray],
                 dirs: np.ndarray) -> dict[str, np.ndarray]:  # fmt: skip
     """gamma and psi of ``metrics._align`` for all ``dirs`` (k, d) at once, by GEMM:
@@ -73,7 +67,11 @@ def _align_gemm(Su: tuple[np.ndarray, np.ndarray], Mu: tuple[np.ndarray, np.ndar
             "psi_mean": m_after - m_before}  # fmt: skip
 
 
-def measure(d: int, prompts: int, tokens: int, null_draws: int, repeats: int) -> dict:
+def measure(
+    d: int, prompts: int, tokens: int, null_draws: int, repeats: int, threads: int
+) -> dict:
+    from bench_paper_scale import gemm_rate
+
     from specalign.transformers import metrics as M
 
     rng = np.random.default_rng(1)
@@ -135,7 +133,7 @@ def measure(d: int, prompts: int, tokens: int, null_draws: int, repeats: int) ->
     proj_diff = float(np.abs(pe - pg).max() / np.abs(pe).max())
     t_proj_e, t_proj_g = _timed(projection_einsum, repeats), _timed(projection_gemm, repeats)
 
-    rate = gemm_rate()
+    rate = gemm_rate(threads)["wall"]
     rows = P * N + P  # tokens and mean tokens
     align_flops = 2.0 * 2 * rows * d * k  # before and after, 2 flops per multiply-add
     proj_flops = 2.0 * 2 * P * N * d * 3
@@ -167,12 +165,16 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from specalign.runtime import pin_threads
 
     pin_threads(args.threads)
     widths = [1024] if args.quick else args.d
     repeats = 1 if args.quick else args.repeats
-    results = [measure(d, args.prompts, args.tokens, args.null_draws, repeats) for d in widths]
+    results = [
+        measure(d, args.prompts, args.tokens, args.null_draws, repeats, args.threads)
+        for d in widths
+    ]
     print(f"threads {args.threads}; {args.prompts} prompts x {args.tokens} tokens, "
           f"{args.null_draws} null draws")  # fmt: skip
     for r in results:
