@@ -11,12 +11,15 @@ before it does any numerical work.
 from __future__ import annotations
 
 import _thread
+import contextlib
+import gc
 import importlib.util
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 _THREAD_VARS = (
@@ -101,6 +104,46 @@ def torch_device(gpu: int | float | None) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+_SET_ASIDE = [0]  # depth of nested set_aside_heap() calls
+
+
+def set_aside_heap() -> None:
+    """From now until the matching :func:`restore_heap`, a full ``gc.collect()`` scans
+    only the objects made since the first call.
+
+    Streaming frees each unit's tensors with a full collection as the next one loads
+    (their Python objects sit in reference cycles). With torch and transformers imported
+    a job holds about 370,000 tracked objects, and each collection took 0.2-0.3 s to scan
+    them all: seconds of a small model's job, whatever its size. The objects alive now
+    are set aside once (``gc.freeze``, after one collection, so no garbage is set aside)
+    and given back to the collector when the outermost caller is done; what the stream
+    makes and drops in between is collected as before."""
+    if _SET_ASIDE[0] == 0:
+        gc.collect()
+        gc.freeze()
+    _SET_ASIDE[0] += 1
+
+
+def restore_heap() -> None:
+    """End of the matching :func:`set_aside_heap`: the outermost one gives the set-aside
+    objects back to the collector (``gc.unfreeze``)."""
+    if _SET_ASIDE[0] == 0:
+        return
+    _SET_ASIDE[0] -= 1
+    if _SET_ASIDE[0] == 0:
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
+def heap_set_aside() -> Iterator[None]:
+    """:func:`set_aside_heap` for the duration of a ``with`` block."""
+    set_aside_heap()
+    try:
+        yield
+    finally:
+        restore_heap()
 
 
 def release_freed_memory() -> None:

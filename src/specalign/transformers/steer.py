@@ -36,6 +36,7 @@ import numpy as np
 import xarray as xr
 
 from specalign.io import InputFileError
+from specalign.runtime import heap_set_aside
 from specalign.transformers import contracts, hf, metrics, propagate, spectra, streaming
 from specalign.transformers.directions import block_principal_directions, layer_directions
 from specalign.transformers.families import adapter_class
@@ -696,6 +697,8 @@ def _random_units(d: int, n: int, seed: int) -> np.ndarray:
     return R / np.linalg.norm(R, axis=1, keepdims=True)
 
 
+# its collections between the passes scan only what it makes (runtime.set_aside_heap)
+@heap_set_aside()
 def steering_dataset(
     weights: ModelWeights | str | Path,
     model_dir: str | Path,

@@ -42,6 +42,7 @@ import math
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from specalign.runtime import heap_set_aside
 from specalign.transformers.families import adapter_for
 from specalign.transformers.streaming import model_units, parameters_on_meta
 
@@ -229,7 +230,10 @@ def write_random_weights(
                     done(f"{path}.{sub_path}." if sub_path else f"{path}.", sub)
                 gc.collect()
 
-        apply(model, model._initialize_weights, "")
+        # each unit's drawn tensors are collected as it is written: scan only what is
+        # drawn here (runtime.set_aside_heap)
+        with heap_set_aside():
+            apply(model, model._initialize_weights, "")
     writer.finish()
     config.dtype = dtype
     config.save_pretrained(str(folder))
