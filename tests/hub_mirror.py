@@ -9,20 +9,24 @@ so a snapshot folder is named by the git commit. With ``[accessibility] offline 
 it makes no outgoing connection. Its error answers are not the hub's (401 for an
 unknown revision or file), so the error paths use ``hub_protocol.HubServer`` instead.
 
-olah runs from its own virtual environment (``.ci/run`` makes it; it needs a newer
-huggingface_hub than the oldest one the project supports, and an older psutil than
-snakemake): ``OLAH_CLI`` names its ``olah-cli``.
+olah runs from its own virtual environment: it needs a newer huggingface_hub than the
+oldest one the project supports, and an older psutil than snakemake. ``OLAH_CLI`` names
+its ``olah-cli``; without it, the tests make that environment themselves, once, in
+``.ci/olah-venv`` (pinned by ``.ci/olah-constraints.txt``; a package registry must be
+reachable the first time), so that a fresh clone's ``pytest`` runs them too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -42,10 +46,58 @@ _GIT_ENV = {
 _T0 = 1_700_000_000
 
 
-def olah_cli() -> Path | None:
-    """The ``olah-cli`` to run: ``$OLAH_CLI``, else one on PATH; None when absent."""
-    named = os.environ.get("OLAH_CLI") or shutil.which("olah-cli")
-    return Path(named) if named and Path(named).is_file() else None
+REPO = Path(__file__).resolve().parents[1]
+OLAH_VENV = REPO / ".ci" / "olah-venv"
+OLAH_PIN = "olah==0.5.4"
+
+
+def _olah_venv_cli() -> tuple[Path | None, str]:
+    """``olah-cli`` of ``OLAH_VENV``, made now if absent (under a lock: xdist workers
+    share it), or None and why it could not be made."""
+    cli = OLAH_VENV / "bin" / "olah-cli"
+    OLAH_VENV.parent.mkdir(exist_ok=True)
+    with open(OLAH_VENV.parent / ".olah-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cli.is_file():
+            return cli, ""
+        steps = [
+            [sys.executable, "-m", "venv", "--clear", str(OLAH_VENV)],
+            [str(OLAH_VENV / "bin" / "pip"), "install", "--quiet",
+             "--disable-pip-version-check", "-c", str(REPO / ".ci" / "olah-constraints.txt"),
+             OLAH_PIN],
+        ]  # fmt: skip
+        for cmd in steps:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                shutil.rmtree(OLAH_VENV, ignore_errors=True)  # ours, half made
+                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                return None, f"could not make {OLAH_VENV} ({' '.join(cmd[:3])}...: {last})"
+    return cli, ""
+
+
+def olah_cli() -> tuple[Path | None, str]:
+    """The ``olah-cli`` to run: ``$OLAH_CLI`` when set, else ``.ci/olah-venv``'s (made on
+    first use); ``(None, why)`` when there is none."""
+    named = os.environ.get("OLAH_CLI")
+    if named:
+        if Path(named).is_file():
+            return Path(named), ""
+        return None, f"OLAH_CLI={named} is not a file"
+    return _olah_venv_cli()
+
+
+def require_olah() -> Path:
+    """``olah-cli`` for a test; without one the test skips with the reason (fails under
+    CI, which must run every hub test)."""
+    import pytest
+
+    cli, why = olah_cli()
+    if cli is None:
+        message = f"hub-mirror test needs olah: {why}; fix: set OLAH_CLI to an olah-cli"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return cli
 
 
 @dataclasses.dataclass

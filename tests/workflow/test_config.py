@@ -316,6 +316,7 @@ def _leaves(value):
     return [value]
 
 
+@pytest.mark.pipeline  # a Snakemake dry run
 def test_config_without_configfile_runs_the_default(repo, tmp_path):
     """`--config key=value` alone changes one key of config/config.yaml: it must plan the
     default study, not only `all` (the Snakefile once skipped the default config)."""
@@ -328,6 +329,7 @@ def test_config_without_configfile_runs_the_default(repo, tmp_path):
     assert job_stats(out) == default and "figure1.svg" in out and "figure1.png" not in out
 
 
+@pytest.mark.pipeline  # a Snakemake dry run
 def test_configfile_replaces_the_default_and_config_applies_on_top(repo, tmp_path):
     """A --configfile runs exactly its own experiments and models (paper.yaml adds none of
     the default's), and --config values, nested ones typed by the schema, apply to it."""
@@ -347,6 +349,7 @@ def test_configfile_replaces_the_default_and_config_applies_on_top(repo, tmp_pat
     assert "figure1.pdf" in out and "figure1.png" not in out
 
 
+@pytest.mark.pipeline  # a Snakemake dry run
 def test_bad_command_line_value_says_how_to_pass_it(repo, tmp_path):
     from snakemake_helpers import dry_run
 

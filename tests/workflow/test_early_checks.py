@@ -100,6 +100,7 @@ def test_an_incomplete_local_folder_and_a_missing_text_file_fail_with_the_config
     validate_config(_config(repo, {"minilm": minilm}))
 
 
+@pytest.mark.pipeline  # a Snakemake dry run
 def test_the_check_runs_before_any_job(repo, folders, tmp_path):
     cfg = _config(repo, {"gpt": {"source": "local", "path": str(folders["bare"])}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))

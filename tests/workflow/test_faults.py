@@ -281,6 +281,18 @@ class FaultLog:
             + _MD_TAIL
         )
 
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """On a pytest-xdist worker: hand the rows to the controller, which prints them
+        (tests/conftest.py, pytest_testnodedown)."""
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput["faults"] = json.dumps(self.rows, default=str)
+
+    def merge(self, rows_json: str) -> None:
+        """Rows a worker recorded (:meth:`pytest_sessionfinish`)."""
+        for key, (tried, outcome, counts) in json.loads(rows_json).items():
+            self.record(key, tried, outcome, **counts)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.rows:
             return

@@ -242,7 +242,7 @@ def _times_ten_first_strength(path: Path) -> tuple[float, float]:
 
 
 @pytest.mark.pipeline
-def test_cached_workbook_is_verified_where_it_is_read(repo, tmp_path, shared_data, faults):
+def test_cached_workbook_is_verified_where_it_is_read(repo, tmp_path, uci_data, faults):
     from specalign.commutators.data import uci
 
     work, elsewhere = tmp_path / "a" / "b" / "work", tmp_path / "elsewhere"
@@ -251,10 +251,10 @@ def test_cached_workbook_is_verified_where_it_is_read(repo, tmp_path, shared_dat
     (elsewhere / "notes.txt").write_text("the user's own file\n")
     # the user's own copy of the workbook (issue 18: never an output of the workflow; a
     # copy the workflow fetched itself is replaced when damaged, test_faults_stale)
-    shutil.copy2(shared_data / "Concrete_Data.xls", elsewhere / "Concrete_Data.xls")
+    shutil.copy2(uci_data / "Concrete_Data.xls", elsewhere / "Concrete_Data.xls")
     cfg = {
         "threads": 1,
-        "data": {"cache": "../../../elsewhere", "mirror": str(shared_data)},
+        "data": {"cache": "../../../elsewhere", "mirror": str(uci_data)},
         "commutators": {
             "experiments": {
                 "conc": {"kind": "benchmark", "dataset": "concrete", "source": "uci", "seeds": 1}
@@ -284,7 +284,7 @@ def test_cached_workbook_is_verified_where_it_is_read(repo, tmp_path, shared_dat
     assert (elsewhere / "notes.txt").exists()
     # a fetch into that folder does not replace the user's file either
     with pytest.raises(uci.ChecksumMismatchError, match="left as it is"):
-        uci.fetch("concrete", elsewhere, mirror=shared_data)
+        uci.fetch("concrete", elsewhere, mirror=uci_data)
     assert cached.read_bytes() == edited
     faults.record(
         "cache_checksum",

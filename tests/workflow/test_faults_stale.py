@@ -301,20 +301,20 @@ def test_length_dependent_rope_scaling_refused_beyond_its_original_length(kind):
 
 
 @pytest.mark.pipeline
-def test_workbooks_own_copy_replaced_users_copy_never_deleted(repo, tmp_path, shared_data, faults):
+def test_workbooks_own_copy_replaced_users_copy_never_deleted(repo, tmp_path, uci_data, faults):
     from specalign.commutators.data import uci
 
     work, mine, theirs = tmp_path / "work", tmp_path / "mine", tmp_path / "theirs"
     for folder in (work, mine, theirs):
         folder.mkdir()
     user_copy = theirs / "Concrete_Data.xls"
-    shutil.copy2(shared_data / "Concrete_Data.xls", user_copy)
+    shutil.copy2(uci_data / "Concrete_Data.xls", user_copy)
     user_bytes = user_copy.read_bytes()
 
     def config(cache: Path) -> None:
         cfg = {
             "threads": 1,
-            "data": {"cache": str(cache), "mirror": str(shared_data)},
+            "data": {"cache": str(cache), "mirror": str(uci_data)},
             "commutators": {"experiments": {"conc": {"kind": "benchmark", "seeds": 1,
                                                       "dataset": "concrete", "source": "uci"}}},
         }  # fmt: skip
@@ -332,7 +332,7 @@ def test_workbooks_own_copy_replaced_users_copy_never_deleted(repo, tmp_path, sh
     assert "the cached copy the workflow fetched failed its SHA-256 check" in out
     log = (work / "logs/download_data/Concrete_Data.xls.log").read_text()
     assert "the cached copy failed its SHA-256 check" in log
-    assert f"replaced by the copy from {shared_data / 'Concrete_Data.xls'}" in log
+    assert f"replaced by the copy from {uci_data / 'Concrete_Data.xls'}" in log
     assert uci.sha256sum(own) == uci.DATASETS["concrete"].sha256
     assert (mine / "Concrete_Data.xls.failed-checksum").read_bytes() == damaged
 

@@ -166,14 +166,14 @@ def _recorded_jobs(workdir: Path) -> dict[str, set[str]]:
 
 
 @pytest.mark.pipeline
-def test_every_loaded_module_is_in_the_fingerprint(repo, finished_run, shared_data, tmp_path):
+def test_every_loaded_module_is_in_the_fingerprint(repo, finished_run, uci_data, tmp_path):
     scripts = _rule_scripts(repo)
     assert len({p.name for p in scripts.values()}) == len(scripts), "script names must be unique"
     jobs = _recorded_jobs(finished_run)
     # download_data needs the UCI files: run it alone on a mirror of them
     work = tmp_path / "download"
     work.mkdir()
-    cfg = {"data": {"mirror": str(shared_data), "cache": "cache"}}
+    cfg = {"data": {"mirror": str(uci_data), "cache": "cache"}}
     (work / "config.yaml").write_text(json.dumps(cfg))
     run_snakemake(repo, work, "cache/ENB2012_data.xlsx", env=recording_env(work))
     for name, modules in _recorded_jobs(work).items():

@@ -1,6 +1,7 @@
 """The workflow as a module of another workflow: a second workflow in a temporary folder
 imports it (`module specalign: snakefile: ...`, `use rule * from specalign`) and runs the
-transformer part of config/test.yaml there."""
+transformer half there, on the smallest configuration that takes every one of its rules
+(a tiny GPT-2 built from a configuration written in the config)."""
 
 import subprocess
 import sys
@@ -41,8 +42,20 @@ rule n_layers:
 
 
 def test_imported_as_module_runs_the_transformer_part(repo, tmp_path):
-    cfg = yaml.safe_load((repo / "config" / "test.yaml").read_text())
-    cfg["commutators"] = {"experiments": {}}  # the transformer part only
+    tiny = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 64,
+            "n_positions": 32}  # fmt: skip
+    cfg = {
+        "threads": 1,
+        "commutators": {"experiments": {}},  # the transformer half only
+        "transformers": {
+            "models": {"tiny": {"source": "random", "config": tiny, "seed": 0}},
+            "prompts": {"kind": "random", "n_prompts": 2, "n_tokens": 4, "seed": 0},
+            "propagation": {"prolonged_layers": 4, "null_draws": 2},
+            "steering": {"target_id": 37, "c": [2.0], "methods": ["min_norm"]},
+            "sphere": {"steps": 20},
+        },
+        "plots": {"formats": ["png"], "dpi": 30},
+    }
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "Snakefile").write_text(

@@ -1,6 +1,7 @@
-"""`snakemake --report` of a tiny run (issue 17): the tables and the reproduction text
-are shown in the page (HTML, not download links), every figure's caption carries the
-caption its job wrote, and the introduction describes the configuration that ran."""
+"""`snakemake --report` of a tiny run of both studies (conftest.gpt2_run): the tables and
+the reproduction text are shown in the page (HTML, not download links), every figure's
+caption carries the caption its job wrote, and the introduction describes the
+configuration that ran."""
 
 import base64
 import html
@@ -8,52 +9,14 @@ import json
 import re
 
 import pytest
-import yaml
-from snakemake_helpers import run_snakemake
 
 pytestmark = pytest.mark.pipeline
 
 
 @pytest.fixture(scope="module")
-def report(repo, tmp_path_factory):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    work = tmp_path_factory.mktemp("report")
-    torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
-    GPT2LMHeadModel(cfg).save_pretrained(work / "tiny_gpt2")
-    config = {
-        "threads": 1,
-        "commutators": {
-            "training": {"lr": 0.05, "iterations": 200, "risk_levels": [0.1], "times": [5]},
-            "experiments": {
-                "tiny_synthetic": {
-                    "kind": "synthetic",
-                    "hidden": 2,
-                    "width": 8,
-                    "seeds": 2,
-                    "n_train": 20,
-                    "n_diag": 16,
-                },
-            },
-        },  # fmt: skip
-        "transformers": {
-            "models": {
-                "tiny_gpt2": {"source": "local", "path": str(work / "tiny_gpt2")},
-                "tiny_gpt2_random": {"source": "random", "like": "tiny_gpt2", "seed": 1},
-            },
-            "prompts": {"kind": "random", "n_prompts": 2, "n_tokens": 4, "seed": 0},
-            "propagation": {"prolonged_layers": 4, "null_draws": 2},
-            "steering": {"target_id": 37, "c": [2.0], "methods": ["min_norm"]},
-            "sphere": {"steps": 20},
-        },
-        "plots": {"formats": ["png"], "dpi": 30},
-    }
-    (work / "config.yaml").write_text(yaml.safe_dump(config))
-    run_snakemake(repo, work, timeout=1800)
-    run_snakemake(repo, work, "--report", str(work / "report.html"), timeout=600)
-    return work, (work / "report.html").read_text()
+def report(gpt2_report):
+    """The report of the session's tiny run of both studies (conftest.gpt2_run)."""
+    return gpt2_report
 
 
 def _results(page: str) -> dict[str, dict]:

@@ -102,6 +102,7 @@ def _requests(out: str) -> dict[tuple[str, str], dict[str, str]]:
     return found
 
 
+@pytest.mark.pipeline  # a Snakemake dry run
 def test_slurm_dry_run_requests_differ_between_minilm_and_gpt_neo_27b(repo, tmp_path):
     _header_only_checkpoint(tmp_path / "neo", LARGEST)
     cfg = yaml.safe_load((repo / "config" / "test.yaml").read_text())

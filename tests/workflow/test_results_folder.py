@@ -63,6 +63,7 @@ def test_save_figure_removes_a_stale_format(tmp_path, caplog):
     assert "removed" in caplog.text and "figure13.pdf" in caplog.text
 
 
+@pytest.mark.pipeline  # a Snakemake dry run
 def test_results_key_moves_every_result_and_log(repo, tmp_path):
     """With `results: out/test` every output, log and benchmark of the run is inside
     out/test; the default `results/` keeps logs/ and benchmarks/ at the top."""
@@ -82,6 +83,7 @@ def test_results_key_moves_every_result_and_log(repo, tmp_path):
     assert "log: logs/transformers/minilm/spectra.log" in default
 
 
+@pytest.mark.pipeline  # a Snakemake dry run
 def test_cross_model_outputs_list_only_configured_models(repo, tmp_path):
     """A model folder of another configuration in results/ is never an input of the
     cross-model figures or of the reproduction report."""
