@@ -89,6 +89,26 @@ def pytest_testnodedown(node: object, error: object) -> None:
         fault_log(node.config).merge(rows)
 
 
+class _GroupsTookEffect:
+    """On a pytest-xdist worker under ``--dist loadgroup``: every node id must carry its
+    group (``@group``, which xdist appends). pytest 9.2 builds node ids in a way that
+    xdist 3.8's suffix no longer reaches: the groups then silently scatter, and every
+    worker makes every shared run again."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list) -> None:
+        if getattr(config.option, "loadgroup", False) and any("@" not in i.nodeid for i in items):
+            raise pytest.UsageError(
+                f"pytest {pytest.__version__}: pytest-xdist's --dist loadgroup has no effect "
+                "(node ids carry no group), so each shared workflow run would be made on "
+                "every worker; fix: pip install 'pytest<9.2' (the test extra pins it)"
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupsTookEffect(), "specalign-xdist-groups")
+
+
 def _costly(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(m) for m in ("pipeline", "slurm"))
 
