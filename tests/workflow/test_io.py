@@ -279,11 +279,11 @@ def test_swap_folder_replaces_the_old_folder_and_leaves_no_partial(tmp_path):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["step8"]
 
 
-def test_set_aside_heap_collects_what_is_made_inside_and_gives_the_rest_back():
-    """runtime.set_aside_heap: a collection inside scans only what was made since, so it
+def test_heap_set_aside_collects_what_is_made_inside_and_gives_the_rest_back():
+    """runtime.heap_set_aside: a collection inside scans only what was made since, so it
     is fast with torch loaded, yet still frees the reference cycles made inside (the
-    streamed units' tensors); nested calls keep the outermost's set-aside; the objects
-    set aside return to the collector at the end, and an unbalanced restore is harmless."""
+    streamed units' tensors); nested blocks keep the outermost's set-aside; the objects
+    set aside return to the collector when the outermost block ends, by an exception too."""
     import gc
     import weakref
 
@@ -297,20 +297,25 @@ def test_set_aside_heap_collects_what_is_made_inside_and_gives_the_rest_back():
         a.other, b.other = b, a
         return weakref.ref(a)
 
+    assert gc.get_freeze_count() == 0
     before = cycle()  # garbage before: collected first, not set aside
-    runtime.set_aside_heap()
-    try:
+    with runtime.heap_set_aside():
         assert before() is None
-        assert gc.get_freeze_count() > 0
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
         inside = cycle()
         with runtime.heap_set_aside():  # nested: the same objects stay set aside
-            frozen = gc.get_freeze_count()
             gc.collect()
             assert inside() is None
             assert gc.get_freeze_count() == frozen
         assert gc.get_freeze_count() == frozen
-    finally:
-        runtime.restore_heap()
     assert gc.get_freeze_count() == 0
-    runtime.restore_heap()  # one too many: nothing happens
+
+    @runtime.heap_set_aside()
+    def fails() -> None:
+        assert gc.get_freeze_count() > 0
+        raise ValueError("inside")
+
+    with pytest.raises(ValueError, match="inside"):
+        fails()
     assert gc.get_freeze_count() == 0

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from specalign.io import InputFileError
+from specalign.runtime import heap_set_aside
 from specalign.transformers import streaming
 from specalign.transformers.families import adapter_class
 from specalign.transformers.sources import TOKENIZER_PATTERNS
@@ -209,6 +210,9 @@ def load_causal_lm(
     return model.to(device=device, dtype=dtype or torch.float32).eval()
 
 
+# its streamed units are collected as they go: scan only what it makes
+# (runtime.heap_set_aside)
+@heap_set_aside()
 def real_forward_hidden_states(
     model_dir: str | os.PathLike[str],
     input_ids: np.ndarray,

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from specalign.io import InputFileError
-from specalign.runtime import HEAP_CEILING, restore_heap, set_aside_heap, set_mmap_threshold
+from specalign.runtime import HEAP_CEILING, set_mmap_threshold
 from specalign.transformers.extract import CheckpointReader, find_prefix, read_config
 from specalign.transformers.families import FamilyAdapter, adapter_for
 
@@ -189,9 +189,7 @@ class LayerStream:
         self.model, self.model_dir, self.adapter = model, model_dir, adapter
         self.device, self.dtype = device, dtype
         self.ckpt = _TorchCheckpoint(model_dir)
-        # release() collects after every unit: let it scan only what streaming makes
-        set_aside_heap()
-        self._heap_restored = False
+
         keys = self.ckpt.keys
         self._keys = set(keys)
         self.ckpt_prefix = find_prefix(keys, adapter, model_dir)
@@ -364,9 +362,6 @@ class LayerStream:
         for h in self._hooks:
             h.remove()
         self.ckpt.close()
-        if not self._heap_restored:
-            self._heap_restored = True
-            restore_heap()
         # the float64 work that follows reuses its heap blocks again: glibc's threshold
         # as it stands after a model's large frees (mapping every temporary anew page-
         # faults each of its pages in)
