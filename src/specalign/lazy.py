@@ -1,10 +1,11 @@
-"""Plotting libraries imported where they are first used, not where they are named.
+"""Heavy libraries imported where they are first used, not where they are named.
 
 Snakemake imports the figure modules when it parses the workflow, for the figure names
 that its rules' outputs are derived from (rules/common.smk); seaborn and matplotlib
 would add about 1.3 s to every ``snakemake`` call, dry runs included, that draws
-nothing. A :class:`LazyModule` stands for a module and imports it on the first
-attribute read.
+nothing. Likewise a job that reads one numpy function of a module that also runs torch
+(the report job and ``sphere``) should not pay torch's import. A :class:`LazyModule`
+stands for a module and imports it on the first attribute read.
 """
 
 from __future__ import annotations
