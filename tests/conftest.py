@@ -24,6 +24,12 @@ os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="specalign-hf-home-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+# one folder of kept configuration facts (specalign.transformers.families.config_facts)
+# for the session: made by the first process, inherited by the xdist workers and every
+# Snakemake they start, so that each config.json is read through transformers once
+if "SPECALIGN_CACHE" not in os.environ:
+    os.environ["SPECALIGN_CACHE"] = tempfile.mkdtemp(prefix="specalign-cache-")
+    atexit.register(shutil.rmtree, os.environ["SPECALIGN_CACHE"], ignore_errors=True)
 for _var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HF_TOKEN_PATH"):
     os.environ.pop(_var, None)
 os.environ.setdefault("MPLBACKEND", "Agg")

@@ -544,3 +544,108 @@ def test_position_limit_is_the_model_s(cases: dict, name: str) -> None:
     assert (
         problem.startswith("transformers.prompts.n_tokens:") and f"has {limit} positions" in problem
     )
+
+
+def _facts_cases() -> dict[str, dict[str, Any]]:
+    """Every tiny family configuration, today's checkpoints' structure in modern_test.yaml
+    and the key variants the adapters branch on."""
+    cases = {f"tiny/{name}": dict(cfg) for name, cfg in CONFIGS.items()}
+    for name, spec in tiny_models.modern_test_models().items():
+        if isinstance(spec.get("config"), dict):
+            cases[f"modern/{name}"] = dict(spec["config"])
+    falcon = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 8}
+    cases["falcon/grouped"] = {**falcon, "new_decoder_architecture": True, "num_kv_heads": 2}
+    cases["falcon/sequential"] = {**falcon, "parallel_attn": False}
+    cases["mistral/defaults"] = {"model_type": "mistral", "hidden_size": 64,
+                                 "num_attention_heads": 16}  # fmt: skip
+    return cases
+
+
+def _adapter_values(adapter: Any) -> dict[str, Any]:
+    """What an adapter says about its family: every public attribute and property that
+    is not a method (rotary tables included), or the type of the error it raises."""
+    values: dict[str, Any] = {}
+    for name in dir(adapter):
+        if name.startswith("_") or name in ("hf", "hf_object", "config"):
+            continue
+        try:
+            value = getattr(adapter, name)
+        except Exception as exc:
+            values[name] = ("raises", type(exc).__name__)
+            continue
+        if name == "rotary":
+            value = value()
+        elif callable(value):
+            continue
+        values[name] = value
+    return values
+
+
+def test_adapters_read_the_same_from_kept_facts_as_from_the_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The adapters read config.json's values from ConfigFacts (kept on disk by content
+    and transformers version, so that `snakemake` checks need neither transformers nor
+    torch): built from facts just computed, from facts read back, and from transformers'
+    configuration object itself, every adapter says the same of every case."""
+    from specalign.transformers import families
+
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path))
+    for case, config in _facts_cases().items():
+        fresh = families.adapter_for(config)
+        kept = list((tmp_path / "config-facts").glob("*.json"))
+        assert kept, case
+        again = families.adapter_for(config)  # read back
+        with monkeypatch.context() as m:
+            m.setattr(families, "config_facts", families.hf_config)
+            real = families.adapter_for(config)
+        expected = _adapter_values(real)
+        for adapter in (fresh, again):
+            got = _adapter_values(adapter)
+            assert got.keys() == expected.keys(), case
+            for name, value in expected.items():
+                if isinstance(value, tuple) and value and isinstance(value[0], np.ndarray):
+                    for a, b in zip(got[name], value, strict=True):
+                        np.testing.assert_array_equal(a, b, err_msg=f"{case}: {name}")
+                else:
+                    assert got[name] == value, (case, name)
+
+
+def test_kept_facts_are_keyed_by_content_and_errors_are_kept_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    from specalign.transformers import families
+
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path))
+    base = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 64}
+    assert families.adapter_for(base).d_model == 32
+    assert families.adapter_for({**base, "n_embd": 48}).d_model == 48  # another file
+    folder = tmp_path / "config-facts"
+    assert len(list(folder.glob("*.json"))) == 2
+    # a configuration transformers rejects is rejected again from what was kept
+    bad = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3,
+           "num_key_value_heads": 2}  # fmt: skip
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            families.adapter_for(bad)
+    # a damaged file is computed again and rewritten
+    for path in folder.glob("*.json"):
+        path.write_text("{not json")
+    assert families.adapter_for(base).d_model == 32
+    # read back in a fresh process without importing transformers or torch
+    probe = (
+        "import sys, json; from specalign.transformers.families import adapter_for; "
+        f"a = adapter_for(json.loads({json.dumps(json.dumps(base))})); "
+        "print(a.d_model, a.max_positions, 'transformers' in sys.modules, 'torch' in sys.modules)"
+    )
+    env = {**__import__("os").environ, "SPECALIGN_CACHE": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, check=True).stdout.split()  # fmt: skip
+    assert out == ["32", "1024", "False", "False"]
+    # SPECALIGN_CACHE="" keeps nothing
+    monkeypatch.setenv("SPECALIGN_CACHE", "")
+    assert families.adapter_for({**base, "n_embd": 64}).d_model == 64
+    assert len(list(folder.glob("*.json"))) == 3  # the two files and the rejected one

@@ -15,7 +15,11 @@ config.json is read through ``transformers``' own configuration class of the fam
 class default, which is often not the value a reader would derive (Mistral's absent
 ``num_key_value_heads`` is 8, not ``num_attention_heads``; Qwen3's absent ``head_dim``
 is 128, not d/H), and both config.json dialects (4.x ``rope_scaling``/``rotary_pct``,
-5.x ``rope_parameters``) come out in one form.
+5.x ``rope_parameters``) come out in one form. The adapters read that object's plain
+values (:func:`config_facts`), which are kept on disk by config.json's content and the
+version of ``transformers``: building the object imports ``transformers`` and torch
+(2.9 s), which every ``snakemake`` call, a dry run too, paid for its checks before any
+job.
 
 Conventions shared by every family (the traps of the newer ones in brief):
 
@@ -138,11 +142,17 @@ no other module tests a family's name.
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
+import json
+import logging
 import math
+import os
 import sys
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
@@ -200,6 +210,137 @@ def hf_config(config: Mapping[str, Any]) -> Any:
         return cls.from_dict(fields)
     except Exception as exc:  # configuration classes raise assorted types
         raise ValueError(f"config.json rejected by transformers' {cls.__name__} ({exc})") from exc
+
+
+#: The version of what :func:`config_facts` keeps; another version is recomputed.
+FACTS_FORMAT = 1
+
+
+class ConfigFacts:
+    """The plain values of a ``transformers`` configuration object, read as attributes
+    (``facts.hidden_size``), with ``getattr(facts, name, default)`` for absent ones as
+    on the object. An attribute whose value is not plain data (a nested configuration)
+    raises TypeError when read, rather than reading as absent."""
+
+    def __init__(self, values: Mapping[str, Any], opaque: frozenset[str] = frozenset()):
+        self._values = dict(values)
+        self._opaque = frozenset(opaque)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        values = self.__dict__.get("_values", {})
+        if name in values:
+            return values[name]
+        if name in self.__dict__.get("_opaque", ()):
+            raise TypeError(f"the configuration's {name} is not a plain value; read hf_config")
+        raise AttributeError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` survives a JSON round trip unchanged in kind (tuples as lists)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _facts_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`config_facts` keeps of ``config``: every public attribute of the
+    configuration object (class defaults, aliases and properties included) that is plain
+    data, the names of the others, or the error ``hf_config`` raises."""
+    try:
+        hf = hf_config(config)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    values, opaque = {}, []
+    # the aliases (GPT-2's hidden_size for n_embd) are not in dir(); reading deprecated
+    # names logs and warns, which says nothing about config.json
+    names = set(dir(hf)) | set(getattr(hf, "attribute_map", {}))
+    quiet = logging.getLogger("transformers")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        _read_values(hf, sorted(names), values, opaque)
+    finally:
+        quiet.setLevel(level)
+    return {"values": values, "opaque": sorted(opaque)}
+
+
+def _read_values(hf: Any, names: list[str], values: dict[str, Any], opaque: list[str]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in names:
+            if name.startswith("_"):
+                continue
+            try:
+                value = getattr(hf, name)
+            except Exception:  # a property that does not apply to this configuration
+                continue
+            if callable(value):
+                continue
+            if _plain(value):
+                values[name] = json.loads(json.dumps(value))
+            else:
+                opaque.append(name)
+
+
+def _facts_cache() -> Path | None:
+    """The folder of kept facts: ``$SPECALIGN_CACHE`` (empty: keep none), else
+    ``$XDG_CACHE_HOME/specalign`` or ``~/.cache/specalign``, + ``config-facts``."""
+    root = os.environ.get("SPECALIGN_CACHE")
+    if root == "":
+        return None
+    if root is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "specalign")
+    return Path(root) / "config-facts"
+
+
+def config_facts(config: Mapping[str, Any]) -> ConfigFacts:
+    """:func:`hf_config`'s object of ``config`` as :class:`ConfigFacts`, kept on disk by
+    the content of ``config`` and the installed ``transformers`` version (and read
+    without importing either ``transformers`` or torch when kept). Raises ValueError as
+    :func:`hf_config` does."""
+    from importlib.metadata import version
+
+    text = json.dumps(config, sort_keys=True, default=str)
+    key = hashlib.sha256(
+        f"{FACTS_FORMAT}\n{version('transformers')}\n{text}".encode()
+    ).hexdigest()
+    folder = _facts_cache()
+    path = folder / f"{key}.json" if folder is not None else None
+    facts = None
+    if path is not None and path.is_file():
+        try:
+            facts = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            facts = None  # unreadable: computed again, and rewritten
+    if facts is None:
+        facts = _facts_of(config)
+        if path is not None:
+            _keep(path, facts)
+    if "error" in facts:
+        raise ValueError(facts["error"])
+    return ConfigFacts(facts["values"], frozenset(facts["opaque"]))
+
+
+def _keep(path: Path, facts: dict[str, Any]) -> None:
+    """Write ``facts`` to ``path`` atomically; a cache that cannot be written is skipped
+    (the facts are computed again next time)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(facts, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _attr(hf: Any, *names: str) -> Any:
@@ -283,8 +424,11 @@ class FamilyAdapter(ABC):
         _REGISTRY[model_type] = cls
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        #: transformers' configuration object: every fact below is read from it
-        self.hf = hf_config(config)
+        #: config.json as parsed, for :attr:`hf_object`
+        self.config = MappingProxyType(copy.deepcopy(dict(config)))
+        #: transformers' configuration of it, as plain values: every fact below is read
+        #: from it
+        self.hf = config_facts(config)
         self.d_model = int(_attr(self.hf, "hidden_size"))
         self.n_heads = int(_attr(self.hf, "num_attention_heads"))
         self.n_layers = int(_attr(self.hf, "num_hidden_layers"))
@@ -296,6 +440,12 @@ class FamilyAdapter(ABC):
             )
         self.d_head = self._d_head()
         self.ln_eps = self._ln_eps()
+
+    @property
+    def hf_object(self) -> Any:
+        """``transformers``' configuration object itself (imports transformers and
+        torch): for what needs more than its values, the family's rotary module."""
+        return hf_config(self.config)
 
     def _d_head(self) -> int:
         """d_model / n_heads (families without a ``head_dim`` key)."""
@@ -766,7 +916,7 @@ class LlamaAdapter(FamilyAdapter):
         return self._window() if "local" in self.layer_attention() else None
 
     def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return _rotary_from_transformers(self.hf, self._layer_types())
+        return _rotary_from_transformers(self.hf_object, self._layer_types())
 
     def _attention(self, reader: TensorReader, p: str) -> tuple[Linear, Linear, Linear, Linear]:
         return (
@@ -938,7 +1088,7 @@ class GPTNeoXAdapter(FamilyAdapter):
         return "parallel" if getattr(self.hf, "use_parallel_residual", True) else "sequential"
 
     def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return _rotary_from_transformers(self.hf, ["full_attention"] * self.n_layers)
+        return _rotary_from_transformers(self.hf_object, ["full_attention"] * self.n_layers)
 
     def read_block(self, block: int, reader: TensorReader) -> BlockWeights:
         p = f"layers.{block}.attention"
@@ -1025,7 +1175,7 @@ class FalconAdapter(FamilyAdapter):
         return "ln_attn" if self.new_architecture and n_norms == 2 else "input_layernorm"
 
     def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return _rotary_from_transformers(self.hf, ["full_attention"] * self.n_layers)
+        return _rotary_from_transformers(self.hf_object, ["full_attention"] * self.n_layers)
 
     def _qkv_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row indices of Q (H d_head), K and V (KV d_head each) in ``query_key_value``,
