@@ -1,11 +1,18 @@
 """Running the real Snakefile from tests (subprocess, bounded, in a working directory)."""
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+#: The rules config/test.yaml does not run: a trained series' own. The jobs of the series
+#: run of tests/transformers/test_pipeline_series.py record the modules they load, and
+#: that module checks them against the fingerprint, so that no test trains a series a
+#: second time for it.
+SERIES_RULES = {"train_model", "trained_checkpoint", "series_training"}
 
 
 def run_snakemake(
@@ -99,3 +106,46 @@ def undeclared_results(repo: Path, workdir: Path, folder: str = "results") -> li
         if not any(str(part) in declared for part in (rel, *rel.parents)):
             found.append(str(rel))
     return found
+
+
+def rule_scripts(repo: Path) -> dict[str, Path]:
+    """rule name -> script, read from rules/*.smk (scripts are relative to rules/);
+    a Snakemake ``checkpoint`` (train_model) is a rule too."""
+    out = {}
+    for smk in sorted((repo / "rules").glob("*.smk")):
+        for name, body in re.findall(
+            r"^(?:rule|checkpoint) (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M
+        ):
+            hit = re.search(r"script:\s*\n\s*\"([^\"]+)\"", body)
+            if hit:
+                out[name] = (repo / "rules" / hit.group(1)).resolve()
+    return out
+
+
+def recorded_jobs(workdir: Path) -> dict[str, set[str]]:
+    """script file name -> modules loaded, over every recorded script job."""
+    jobs: dict[str, set[str]] = {}
+    for path in (workdir / "module_log").glob("*.json"):
+        rec = json.loads(path.read_text())
+        argv0 = Path(rec["argv0"])
+        if ".snakemake/scripts" not in argv0.as_posix():
+            continue  # snakemake itself, not a rule's script
+        # Snakemake runs a copy named tmp<random>.<script name>
+        name = argv0.name.split(".", 1)[1]
+        jobs.setdefault(name, set()).update(rec["modules"])
+    return jobs
+
+
+def not_in_fingerprint(scripts: dict[str, Path], jobs: dict[str, set[str]]) -> dict[str, list]:
+    """rule -> the specalign modules its recorded jobs (``jobs``, by script file name)
+    loaded that the static closure of its script (the rerun fingerprint) misses."""
+    from specalign.fingerprint import module_closure
+
+    by_name = {p.name: (rule, p) for rule, p in scripts.items()}
+    missed = {}
+    for name, loaded in jobs.items():
+        rule, script = by_name[name]
+        unseen = loaded - set(module_closure(script))
+        if unseen:
+            missed[rule] = sorted(unseen)
+    return missed

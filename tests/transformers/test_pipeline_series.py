@@ -7,7 +7,16 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from snakemake_helpers import planned_jobs, run_snakemake, undeclared_results
+from snakemake_helpers import (
+    SERIES_RULES,
+    not_in_fingerprint,
+    planned_jobs,
+    recorded_jobs,
+    recording_env,
+    rule_scripts,
+    run_snakemake,
+    undeclared_results,
+)
 
 pytestmark = pytest.mark.pipeline
 
@@ -35,7 +44,8 @@ def series_run(repo, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("series")
     series = {"a": dict(RUN), "g": dict(RUN, family="gpt2", vocab_size=300)}
     (workdir / "config.yaml").write_text(yaml.safe_dump(_config(series)))
-    run_snakemake(repo, workdir)
+    # every job records the specalign modules it loads (tests/module_recorder)
+    run_snakemake(repo, workdir, env=recording_env(workdir))
     return workdir, series
 
 
@@ -62,6 +72,17 @@ def test_training_nc_contract(series_run):
     assert caption.startswith("Series a: ") and "step" in caption
     report = (workdir / "results/reproduction.md").read_text()
     assert "(7) Over training" in report and "**a** (trained, albert)" in report
+
+
+def test_training_rules_load_only_what_their_fingerprint_covers(repo, series_run):
+    """The series run's half of tests/workflow/test_fingerprint.py: each job of the
+    training rules (and of the analysis of its checkpoints) loaded only specalign modules
+    that its script's rerun fingerprint follows."""
+    scripts = rule_scripts(repo)
+    jobs = recorded_jobs(series_run[0])
+    ran = {rule for rule, script in scripts.items() if script.name in jobs}
+    assert SERIES_RULES <= ran
+    assert not_in_fingerprint(scripts, jobs) == {}
 
 
 def test_every_file_written_is_declared(repo, series_run):
