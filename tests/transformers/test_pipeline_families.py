@@ -10,11 +10,12 @@
 * Through the whole workflow (Snakemake, every rule up to the reproduction report and
   the cross-model figures), for the models whose families take distinct paths through
   the rules (``WORKFLOW_MODELS``): a grouped-query model factored at r < d (a factored
-  weights.h5, spectra through the r x r product) with a tied head, its random twin (the
-  null of a model built from a configuration), and a dense encoder (DistilBERT, no
-  causal LM: no next-token probabilities). The layouts that differ only inside the
-  kernels (OPT-350m's post-LN projection, Falcon's multi-query parallel block, ...) take
-  the kernels' path above.
+  weights.h5, spectra through the r x r product) with a tied head, and its random twin
+  (the null of a model built from a configuration). A dense encoder without a causal LM
+  (no next-token probabilities) takes the workflow on MiniLM in every session
+  (config/test.yaml; test_pipeline_transformers.py checks its files). The layouts that
+  differ only inside the kernels (DistilBERT's names, OPT-350m's post-LN projection,
+  Falcon's multi-query parallel block, ...) take the kernels' path above.
   A dry run plans the whole file. Per-model figures and tables are family-blind and
   covered by test_pipeline_transformers.py; they are left out here to keep the run short.
 
@@ -57,7 +58,6 @@ pytestmark = pytest.mark.pipeline
 WORKFLOW_MODELS = (
     "llama-3.2-1b_tiny",  # grouped-query, factored at r < d, tied head, llama3 rope
     "llama-3.2-1b_tiny_random",  # the null of a model built from a configuration
-    "distilbert-base_tiny",  # an encoder beyond the paper's: no next-token head
 )
 
 
@@ -158,7 +158,7 @@ def test_the_workflow_takes_each_distinct_path(families_run):
     all_models = _all_models()
     assert set(WORKFLOW_MODELS) <= set(all_models)
     types = {all_models[m]["config"]["model_type"] for m in models if "config" in all_models[m]}
-    assert {"llama", "distilbert"} <= types
+    assert "llama" in types
 
 
 def _all_models():
