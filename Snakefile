@@ -18,9 +18,12 @@ min_version("9.0")
 # A --configfile replaces the default instead of being merged into it, so that
 # paper.yaml's experiments are not added to the default ones; values given with
 # --config apply on top of the default, or of the --configfiles (Snakemake merges them).
+CONFIGFILES = [str(p) for p in workflow.overwrite_configfiles] or [
+    str(Path(workflow.basedir) / "config" / "config.yaml")
+]
 if not workflow.overwrite_configfiles:
 
-    configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
+    configfile: CONFIGFILES[0]
 
 
 report: "report/workflow.rst"

@@ -13,6 +13,7 @@ from specalign.config import (
     canonical_json,
     coerce_overrides,
     experiment_config,
+    load_yaml,
     random_likes,
     results_folder,
     validate_config,
@@ -26,6 +27,13 @@ from specalign.transformers.tables import MODEL_TABLES
 
 # Nested values of `--config` arrive as strings (Snakemake's base YAML loader): typed by
 # the schema here and merged again over the config they were merged into.
+# Snakemake read the config files with a loader that keeps the last of a repeated key:
+# read again with one that refuses it, naming both lines
+for _path in CONFIGFILES:
+    try:
+        load_yaml(_path)
+    except ConfigError as _err:
+        raise WorkflowError(str(_err)) from None
 _overrides = dict(getattr(workflow.config_settings, "config", None) or {})
 if _overrides:
     from snakemake.utils import update_config as _update_config

@@ -30,13 +30,48 @@ MAX_SEED = 2**63 - 1
 MAX_SPHERE_STEP = 1e150
 
 
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error
+    (PyYAML, and so Snakemake's --configfile, keep the last one without a word). Keys
+    that a merge (``<<: *anchor``) brings in may be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} given twice in one mapping, at lines {first} and "
+                    f"{key_node.start_mark.line + 1} (YAML readers keep only one); fix: "
+                    "delete one of them",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The configuration file at ``path`` (a mapping at the top; empty: {}), read with
+    a YAML loader that refuses a key given twice in one mapping. Raises ConfigError in
+    one line naming the file and what is wrong."""
     path = Path(path)
     try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.load(fh, Loader=_UniqueKeyLoader)  # a safe loader
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} does not exist") from exc
+    except yaml.constructor.ConstructorError as exc:
+        mark = f" (line {exc.problem_mark.line + 1})" if exc.problem_mark else ""
+        raise ConfigError(f"config file {path}{mark}: {exc.problem}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
     if data is None:
@@ -169,10 +204,21 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     schema = dict(schema or load_schema())
     cfg = copy.deepcopy(dict(config))
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        msgs = "\n  - ".join(_format_error(e) for e in errors)
-        raise ConfigError(f"invalid configuration:\n  - {msgs}")
+    nonfinite = dict(_nonfinite_numbers(cfg))
+    errors = [
+        e
+        for e in validator.iter_errors(cfg)
+        if _key_path(e.absolute_path) not in nonfinite  # named once, as not finite
+    ]
+    errors.sort(key=lambda e: list(map(str, e.absolute_path)))
+    if errors or nonfinite:
+        msgs = [(_key_path(e.absolute_path), _format_error(e)) for e in errors]
+        msgs += [
+            (key, f"{key}: {value} is not a finite number; fix: a finite value")
+            for key, value in nonfinite.items()
+        ]
+        text = "\n  - ".join(m for _, m in sorted(msgs))
+        raise ConfigError(f"invalid configuration:\n  - {text}")
     overrides = {
         name: copy.deepcopy(exp.get("training", {}))
         for name, exp in cfg.get("commutators", {}).get("experiments", {}).items()
@@ -185,6 +231,21 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(series_problems))
     _check_cross_keys(cfg, schema)
     return cfg
+
+
+def _nonfinite_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterable[tuple[str, float]]:
+    """(key, value) of every NaN or infinity anywhere in ``value``: the schema's ranges
+    cannot refuse NaN (every comparison with it is false), and no setting of the workflow
+    means anything at NaN or at an infinity, free-form ones (a model's ``config:``)
+    included."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield _key_path(path), value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _nonfinite_numbers(item, (*path, key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _nonfinite_numbers(item, (*path, i))
 
 
 def series_steps(spec: Mapping[str, Any]) -> list[int]:
@@ -439,11 +500,24 @@ def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str
         field: sub.get("default")
         for field, sub in schema["$defs"]["model"]["properties"].items()
     }
+    cycles: set[tuple[str, ...]] = set()
     for name, spec in models.items():
         key = f"transformers.models.{name}"
         if spec["source"] == "trained":
             continue  # a checkpoint of train_model (checked in _series_problems)
         problems += _source_problems(key, spec, defaults)
+        cycle = like_cycle(models, name)
+        if cycle is not None:
+            start = cycle.index(min(cycle[:-1]))  # each cycle named once, from its first name
+            canonical = tuple(cycle[start:-1] + cycle[:start] + [cycle[start]])
+            if canonical not in cycles:
+                cycles.add(canonical)
+                problems.append(
+                    f"transformers.models.{canonical[0]}.like: the like: references form a "
+                    f"cycle, {' -> '.join(canonical)}; fix: name a model that is not a random "
+                    "copy (a local, package or hub model, or one built from config:)"
+                )
+            continue
         if spec["source"] == "random" and spec.get("like"):
             like = models.get(spec["like"])
             if like is None:
@@ -489,6 +563,22 @@ def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str
 
     problems += model_config_problems(tcfg)
     return problems
+
+
+def like_cycle(models: Mapping[str, Any], name: str) -> list[str] | None:
+    """The cycle that model ``name``'s ``like:`` references run into, as the names in
+    order with the first repeated at the end (``["a", "b", "a"]``), or None when they
+    end at a model that copies none."""
+    path: list[str] = []
+    current = name
+    while True:
+        spec = models.get(current) or {}
+        if spec.get("source") != "random" or not spec.get("like"):
+            return None
+        if current in path:
+            return [*path[path.index(current) :], current]
+        path.append(current)
+        current = spec["like"]
 
 
 def _text_file_problem(path: Path) -> str:

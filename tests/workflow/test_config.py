@@ -356,3 +356,76 @@ def test_bad_command_line_value_says_how_to_pass_it(repo, tmp_path):
     out = dry_run(repo, tmp_path, "--config", "plots={dpi: abc}", check=False)
     assert "plots.dpi: 'abc' is not of type 'integer'" in out
     assert "--config plots='{dpi: 100}'" in out
+
+
+def _key_lines(text: str) -> list[int]:
+    """Indices of the lines of ``text`` that hold a mapping key with a scalar value."""
+    import re
+
+    return [
+        i
+        for i, line in enumerate(text.splitlines())
+        if re.match(r"^\s*[A-Za-z_][\w-]*: \S", line) and not line.strip().startswith("-")
+    ]
+
+
+@pytest.mark.parametrize("name", ["test.yaml", "modern_test.yaml", "paper.yaml"])
+def test_a_key_given_twice_is_refused_naming_both_lines(repo, tmp_path, name):
+    """Every key of a full configuration (the file with its defaults filled, written
+    out), given a second time in its own mapping, is refused in one line naming the key,
+    the file and both lines; a merge key's keys may still be overridden."""
+    import yaml
+
+    full = validate_config(load_yaml(repo / "config" / name))
+    text = yaml.safe_dump(full, sort_keys=False)
+    lines = text.splitlines()
+    checked = 0
+    for i in _key_lines(text):
+        key = lines[i].strip().split(":")[0]
+        twice = [*lines[: i + 1], lines[i], *lines[i + 1 :]]
+        path = tmp_path / "config.yaml"
+        path.write_text("\n".join(twice) + "\n")
+        with pytest.raises(ConfigError) as err:
+            load_yaml(path)
+        msg = str(err.value)
+        assert "\n" not in msg
+        assert f"key {key!r} given twice" in msg and f"lines {i + 1} and {i + 2}" in msg, msg
+        assert str(path) in msg
+        checked += 1
+    assert checked > 50
+    (tmp_path / "merge.yaml").write_text("a: &a {x: 1, y: 2}\nb:\n  <<: *a\n  x: 3\n")
+    assert load_yaml(tmp_path / "merge.yaml")["b"] == {"x": 3, "y": 2}
+
+
+@pytest.mark.pipeline  # a Snakemake dry run
+def test_a_key_given_twice_in_a_configfile_stops_snakemake(repo, tmp_path):
+    from snakemake_helpers import dry_run
+
+    text = (repo / "config" / "test.yaml").read_text()
+    path = tmp_path / "twice.yaml"
+    path.write_text(text.replace("threads: 1\n", "threads: 1\nthreads: 2\n", 1))
+    out = dry_run(repo, tmp_path, "--configfile", str(path), check=False)
+    assert "key 'threads' given twice in one mapping, at lines" in out, out[-3000:]
+    assert "Job stats" not in out
+
+
+@pytest.mark.parametrize(
+    "likes, cycle",
+    [
+        ({"a": "a"}, "a -> a"),
+        ({"a": "b", "b": "a"}, "a -> b -> a"),
+        ({"b": "c", "c": "a", "a": "b", "x": "a"}, "a -> b -> c -> a"),
+    ],
+)
+def test_like_references_in_a_cycle_are_refused_naming_it(base, likes, cycle):
+    """``like:`` references are followed with the models seen so far: a cycle (a model
+    copying itself, two copying each other, a longer ring, and a model copying a member
+    of one) is one line naming the cycle once, not a RecursionError."""
+    base["transformers"]["models"] = {
+        name: {"source": "random", "like": like, "seed": 0} for name, like in likes.items()
+    }
+    with pytest.raises(ConfigError) as err:
+        validate_config(base)
+    msg = str(err.value)
+    assert msg.count("form a cycle") == 1, msg
+    assert f"transformers.models.a.like: the like: references form a cycle, {cycle};" in msg

@@ -199,11 +199,18 @@ def input_problems(tcfg: Mapping[str, Any]) -> list[str]:
 def _known_config(name: str, models: Mapping[str, Any], cache: str) -> Mapping[str, Any] | None:
     """The configuration of model ``name`` when known without a download: the one written
     in a random model's ``config:``, else its config.json on disk; None otherwise."""
+    seen = {name}
     spec = models.get(name) or {}
+    while spec.get("source") == "random" and spec.get("like") in models:
+        if isinstance(spec.get("config"), Mapping):
+            break
+        if spec["like"] in seen:
+            return None  # a cycle of like: references, named by the configuration check
+        name = spec["like"]
+        seen.add(name)
+        spec = models.get(name) or {}
     if spec.get("source") == "random" and isinstance(spec.get("config"), Mapping):
         return spec["config"]
-    if spec.get("source") == "random" and spec.get("like") in models:
-        return _known_config(spec["like"], models, cache)
     path = config_json_path(name, models, cache)
     if path is None:
         return None
@@ -214,19 +221,24 @@ def _known_config(name: str, models: Mapping[str, Any], cache: str) -> Mapping[s
     return config if isinstance(config, dict) else None
 
 
-def config_json_path(name: str, models: Mapping[str, Any], cache: str) -> Path | None:
+def config_json_path(
+    name: str, models: Mapping[str, Any], cache: str, _seen: frozenset[str] = frozenset()
+) -> Path | None:
     """The config.json of configured model ``name`` when it is on disk without a
-    download, else None (a hub model not fetched yet, a missing folder or package)."""
+    download, else None (a hub model not fetched yet, a missing folder or package, a
+    cycle of ``like:`` references, which the configuration check names)."""
     from specalign.transformers.sources import ModelSourceError, resolve_model_dir, source_spec
 
     spec = models.get(name)
-    if spec is None:
+    if spec is None or name in _seen:
         return None
     if spec["source"] == "random":
         if spec.get("config_file"):
             path = Path(spec["config_file"])
             return path if path.is_file() else None
-        return config_json_path(spec.get("like", ""), models, cache) if spec.get("like") else None
+        if not spec.get("like"):
+            return None
+        return config_json_path(spec["like"], models, cache, _seen | {name})
     if spec["source"] in ("hub", "trained"):
         try:
             manifest = json.loads((Path(cache) / name / "manifest.json").read_text())
