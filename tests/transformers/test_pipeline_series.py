@@ -74,6 +74,16 @@ def test_training_nc_contract(series_run):
     assert "(7) Over training" in report and "**a** (trained, albert)" in report
 
 
+def test_every_netcdf_file_reads_as_xarray_reads_it(series_run):
+    """The series' own files (training.nc, the checkpoints' analyses) among them."""
+    from reading import assert_read_as_xarray_reads
+
+    files = sorted((series_run[0] / "results").rglob("*.nc"))
+    assert any(p.name == "training.nc" for p in files)
+    for path in files:
+        assert_read_as_xarray_reads(path)
+
+
 def test_training_rules_load_only_what_their_fingerprint_covers(repo, series_run):
     """The series run's half of tests/workflow/test_fingerprint.py: each job of the
     training rules (and of the analysis of its checkpoints) loaded only specalign modules

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import xarray as xr
+from reading import assert_read_as_xarray_reads
 
 from specalign import io
 from specalign.commutators.contracts import read_trajectories
@@ -125,6 +126,73 @@ def test_corrupt_netcdf_names_the_file(tmp_path):
     with pytest.raises(io.InputFileError) as err:
         io.read_netcdf(path)
     assert str(path) in str(err.value)
+
+
+def _every_kind_of_variable() -> xr.Dataset:
+    """What the workflow's files hold, each kind once: numbers of several widths, NaN,
+    booleans, strings (index, coordinate, data, 2-D, scalar), coordinates that are not
+    dimensions, a dimension without a coordinate, attributes of every type we write."""
+    return xr.Dataset(
+        {
+            "f64": (("layer", "mode"), np.arange(6.0).reshape(3, 2), {
+                "long_name": "x", "ints": [1, 2, 3], "floats": [0.5, 1.5],
+                "strings": ["a", "bc"], "one": [7], "i32": np.int32(3), "f": 2.5,
+            }),
+            "f32": ("layer", np.array([1, np.nan, 3], dtype=np.float32)),
+            "i64": ("layer", np.array([1, 2, 3])),
+            "u16": (("free", "layer"), np.ones((4, 3), dtype=np.uint16)),
+            "i8": ((), np.int8(4)),
+            "flag": ("layer", np.array([True, False, True])),
+            "name": ("layer", np.array(["ab", "c", "d\u00e9f"], dtype=object)),
+            "grid": (("layer", "mode"), np.array([["a", "b"], ["c", "d"], ["e", "f"]])),
+            "text": ((), "hello"),
+            "number": ((), 1.25),
+            "free_axis": ("free", np.arange(4.0)),
+        },
+        coords={
+            "layer": [1, 2, 3],
+            "mode": ["alpha", "beta"],
+            "label": ("layer", ["x", "y", "z"]),
+            "depth": ("layer", [0.1, 0.2, 0.3]),
+        },
+        attrs={"title": "t", "n": 3, "values": [1.0, 2.0], "names": ["p", "q"],
+               "single": ["only"], "accents": "\u00fcn\u00ef"},
+    )  # fmt: skip
+
+
+def test_netcdf_read_as_xarray_reads_it(tmp_path):
+    """The direct reader (the workflow's own files) and xarray's backend agree."""
+    path = tmp_path / "every_kind.nc"
+    io.write_netcdf(path, _every_kind_of_variable())
+    assert io._read_plain_netcdf(path) is not None  # read directly, not by the fallback
+    assert_read_as_xarray_reads(path)
+
+
+@pytest.mark.parametrize("feature", ["empty_dimension", "group", "characters", "time"])
+def test_netcdf_features_outside_the_direct_reader_go_through_xarray(tmp_path, feature):
+    """What the direct reader does not decode itself is read by xarray's backend: the
+    same Dataset either way."""
+    import h5netcdf
+
+    path = tmp_path / f"{feature}.nc"
+    ds = _every_kind_of_variable()
+    if feature == "empty_dimension":  # netCDF-4 makes a zero-length dimension unlimited
+        io.write_netcdf(path, ds.assign(nothing=("none", np.zeros(0))))
+    elif feature == "group":
+        io.write_netcdf(path, ds)
+        with h5netcdf.File(path, "a") as f:
+            f.create_group("inner")
+    elif feature == "characters":
+        chars = xr.Variable(("layer", "nchar"), np.array([[b"a", b"b"]] * 3, dtype="S1"))
+        ds["chars"] = chars
+        ds.to_netcdf(path, engine="h5netcdf", encoding={"chars": {"dtype": "S1"}})
+    else:
+        ds["when"] = ("layer", np.array(["2026-01-01", "2026-01-02", "2026-01-03"],
+                                        dtype="datetime64[ns]"))  # fmt: skip
+        io.write_netcdf(path, ds)
+    if feature != "time":  # times are decoded by xarray's own rules on either path
+        assert io._read_plain_netcdf(path) is None
+    assert_read_as_xarray_reads(path)
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])

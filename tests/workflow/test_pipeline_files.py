@@ -35,6 +35,17 @@ def test_every_netcdf_variable_has_a_description(finished_run):
                 assert {k: ds.attrs.get(k) for k in CONVENTIONS} == CONVENTIONS, path
 
 
+def test_every_netcdf_file_reads_as_xarray_reads_it(finished_run):
+    """specalign.io.read_netcdf, which every table, figure and report job uses, reads
+    each file the run wrote as xarray's h5netcdf backend does."""
+    from reading import assert_read_as_xarray_reads
+
+    files = sorted((finished_run / "results").rglob("*.nc"))
+    assert len(files) >= 10
+    for path in files:
+        assert_read_as_xarray_reads(path)
+
+
 def test_every_pair_of_a_models_files_lines_up_on_layer(finished_run):
     """spectra.nc, propagation.nc, steering.nc, eigenvalues.csv and propagation.csv of
     each model merged pairwise on ``layer``: the same layers 1..L, each with the block
