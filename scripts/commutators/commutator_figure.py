@@ -2,8 +2,7 @@
 
 from pathlib import Path
 
-import seaborn as sns
-
+from specalign import figstyle
 from specalign.commutators import contracts, figures
 from specalign.output import save_figure, write_caption
 from specalign.workflow import log, param_json, run_script
@@ -12,7 +11,7 @@ from specalign.workflow import log, param_json, run_script
 def main(smk):
     settings = param_json(smk, "plots")
     stem = smk.wildcards.figure
-    sns.set_theme(context=settings["context"], style="whitegrid")
+    figstyle.set_theme(settings["context"])
     made = figures.FIGURES[stem](contracts.load_experiments(smk.input))
     if made is None:
         log.warning("%s: %s are not in this configuration", stem, figures.FIGURE_NEEDS[stem])

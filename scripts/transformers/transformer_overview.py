@@ -2,9 +2,7 @@
 
 from pathlib import Path
 
-import seaborn as sns
-
-from specalign import io
+from specalign import figstyle, io
 from specalign.output import save_figure, write_caption
 from specalign.transformers import figures, tables
 from specalign.workflow import log, param_json, run_script
@@ -12,7 +10,7 @@ from specalign.workflow import log, param_json, run_script
 
 def main(smk):
     settings = param_json(smk, "plots")
-    sns.set_theme(context=settings["context"], style="whitegrid")
+    figstyle.set_theme(settings["context"])
     spectra = {
         m: io.read_netcdf(p) for m, p in zip(smk.params.models, smk.input.spectra, strict=True)
     }

@@ -1,8 +1,8 @@
 """Heavy libraries imported where they are first used, not where they are named.
 
 Snakemake imports the figure modules when it parses the workflow, for the figure names
-that its rules' outputs are derived from (rules/common.smk); seaborn and matplotlib
-would add about 1.3 s to every ``snakemake`` call, dry runs included, that draws
+that its rules' outputs are derived from (rules/common.smk); matplotlib would add
+about 1 s to every ``snakemake`` call, dry runs included, that draws
 nothing. Likewise a job that reads one numpy function of a module that also runs torch
 (the report job and ``sphere``) should not pay torch's import. A :class:`LazyModule`
 stands for a module and imports it on the first attribute read.
@@ -16,7 +16,7 @@ from typing import Any
 
 
 class LazyModule:
-    """``sns = LazyModule("seaborn")``: ``sns.lineplot`` imports seaborn then, once."""
+    """``mpl = LazyModule("matplotlib")``: ``mpl.colormaps`` imports matplotlib then, once."""
 
     def __init__(self, name: str) -> None:
         self._name = name

@@ -335,6 +335,42 @@ def test_write_table_and_netcdf_round_trip(full, tmp_path):
     assert "Table 2" in doc.read_text()
 
 
+def test_seed_mean_lines_are_the_means_in_their_bootstrap_band():
+    """Each curve is the mean over the active seeds at each x (NaN left out), inside the
+    95 % percentile bootstrap band of that mean; the same seed draws the same band."""
+    from matplotlib.figure import Figure
+
+    data = pd.DataFrame({
+        "group": ["a"] * 6 + ["b"] * 3,
+        "layer": [0, 0, 0, 1, 1, 1, 0, 1, 2],
+        "value": [1.0, 2.0, 6.0, 4.0, np.nan, 4.0, 5.0, np.nan, 7.0],
+    })  # fmt: skip
+
+    def draw(seed):
+        ax = Figure().subplots()
+        drawn = C._seed_mean_lines(
+            ax, data, "layer", ["a", "b", "c"], {"a": "k", "b": "r", "c": "g"},
+            n_boot=200, seed=seed,
+        )  # fmt: skip
+        return drawn, ax
+
+    drawn, ax = draw(0)
+    assert drawn
+    (line_a, line_b) = ax.get_lines()  # group c has no data: no curve
+    assert line_a.get_label() == "a" and line_b.get_label() == "b"
+    assert np.allclose(line_a.get_xydata(), [[0, 3.0], [1, 4.0]])
+    assert np.allclose(line_b.get_xydata(), [[0, 5.0], [2, 7.0]])  # layer 1 is NaN only
+    band_a = ax.collections[0].get_paths()[0].vertices
+    low, high = band_a[:, 1].min(), band_a[:, 1].max()
+    assert 1.0 <= low < 3.0 < high <= 6.0  # within the seeds' range, around the mean
+    same = draw(0)[1].collections[0].get_paths()[0].vertices
+    other = draw(1)[1].collections[0].get_paths()[0].vertices
+    assert np.array_equal(same, band_a) and not np.array_equal(other, band_a)
+    assert not draw(0)[1].legend_ and not C._seed_mean_lines(
+        Figure().subplots(), data.iloc[:0], "layer", ["a"], {"a": "k"}, n_boot=10, seed=0
+    )
+
+
 def test_figures_draw_and_save(full, tmp_path):
     made = C.all_figures(full, n_boot=100)
     assert set(made) == {"figure1", "figure2", "figure3", "figure4", "figure5"}

@@ -19,8 +19,8 @@ def _imported_by_rules() -> list[str]:
 
 
 def test_parsing_the_workflow_imports_no_plotting_library():
-    """The figure modules name their figures at import; seaborn and matplotlib (about
-    1.3 s) are imported when a figure is drawn (specalign.lazy)."""
+    """The figure modules name their figures at import; matplotlib (about 1 s) is
+    imported when a figure is drawn (specalign.lazy)."""
     modules = _imported_by_rules()
     assert "specalign.commutators.figures" in modules  # the case this guards
     code = (

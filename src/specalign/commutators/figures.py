@@ -6,8 +6,8 @@ returns ``(Figure, caption)``, or ``None`` when none of the runs it needs is pre
 Seed summaries follow the active-seed convention of that module, as the tables do:
 diverged seeds, seeds that did not reach the checkpoint and undefined (NaN) entries are
 left out, never read as 0.
-Intervals are seaborn's percentile bootstrap of the seed mean (95 %), seeded so that
-a rerun redraws the same figure.
+Intervals are the percentile bootstrap of the seed mean (95 %; :func:`_seed_mean_lines`),
+seeded so that a rerun redraws the same figure.
 
 Null levels are drawn where the quantity has one: rho_tr_imb = 0 (transport and
 imbalance uncorrelated) and chi = 1 (no net cancellation among the four sources).
@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from specalign import figstyle
 from specalign.commutators import paper as P
 from specalign.commutators.runs import Experiments, benchmark_runs, seed_frame, synthetic_run
 from specalign.lazy import LazyModule
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-sns = LazyModule("seaborn")
 mpl_figure = LazyModule("matplotlib.figure")
 mpl_ticker = LazyModule("matplotlib.ticker")
 
@@ -49,8 +49,7 @@ _FRACTION_LABELS = {
     "e_fluc": "fluctuation",
     "e_gate": "gate",
 }
-_STYLE = "whitegrid"
-_CI = ("ci", 95)
+_CI_PERCENT = 95.0
 
 
 # --- shared pieces ------------------------------------------------------------------
@@ -79,6 +78,43 @@ def _integer_x(ax: Axes) -> None:
     ax.xaxis.set_major_locator(mpl_ticker.MaxNLocator(integer=True))
 
 
+def _seed_mean_lines(
+    ax: Axes,
+    data: pd.DataFrame,
+    x: str,
+    hue_order: Sequence[str],
+    palette: dict[str, object],
+    *,
+    n_boot: int,
+    seed: int,
+) -> bool:
+    """One curve per group of ``hue_order``: the mean of ``value`` over the active seeds at
+    each ``x``, in a band from the 95 % percentile bootstrap of that mean (``n_boot``
+    resamples of the seeds, from one generator seeded with ``seed``). Undefined (NaN)
+    entries are left out, as in the tables. Returns whether anything was drawn."""
+    rng = np.random.default_rng(seed)
+    tail = (100.0 - _CI_PERCENT) / 2
+    drawn = False
+    for group in hue_order:
+        sub = data[data["group"] == group].dropna(subset=["value"])
+        if not len(sub):
+            continue
+        xs, means, lows, highs = [], [], [], []
+        for at, values in sub.groupby(x, sort=True)["value"]:
+            v = values.to_numpy(dtype=float)
+            boot = v[rng.integers(0, len(v), size=(n_boot, len(v)))].mean(axis=1)
+            low, high = np.percentile(boot, [tail, 100.0 - tail])
+            xs.append(at)
+            means.append(v.mean())
+            lows.append(low)
+            highs.append(high)
+        color = palette[group]
+        ax.plot(xs, means, marker="o", color=color, label=group)
+        ax.fill_between(xs, lows, highs, color=color, alpha=0.2, linewidth=0)
+        drawn = True
+    return drawn
+
+
 def _defect_panels(
     axes: Sequence[Axes],
     data: pd.DataFrame,
@@ -94,34 +130,20 @@ def _defect_panels(
     comparison (the gate defect sits an order of magnitude above the other two); it
     falls back to linear if any entered value is not positive.
     """
-    palette = dict(zip(hue_order, sns.color_palette("colorblind", len(hue_order)), strict=True))
+    palette = dict(zip(hue_order, figstyle.qualitative(len(hue_order)), strict=True))
     log = bool(len(data)) and bool((data["value"] > 0).all())
+    legend = False
     for ax, var in zip(axes, DEFECTS, strict=True):
         sub = data[data["variable"] == var]
-        if len(sub):
-            sns.lineplot(
-                data=sub,
-                x="layer",
-                y="value",
-                hue="group",
-                hue_order=hue_order,
-                palette=palette,
-                estimator="mean",
-                errorbar=_CI,
-                n_boot=n_boot,
-                seed=seed,
-                marker="o",
-                ax=ax,
-            )
+        drawn = _seed_mean_lines(ax, sub, "layer", hue_order, palette, n_boot=n_boot, seed=seed)
+        legend = legend or (drawn and ax is axes[0])
         ax.set_title(_DEFECT_TITLES[var])
         ax.set_xlabel("layer $\\ell$")
         ax.set_ylabel("seed mean" if ax is axes[0] else "")
         _integer_x(ax)
-        if ax.get_legend() is not None and ax is not axes[0]:
-            ax.get_legend().remove()
     if log:
         axes[0].set_yscale("log")
-    if axes[0].get_legend() is not None:
+    if legend:  # one legend for the three panels
         axes[0].legend(title=legend_title, fontsize="small")
     return log
 
@@ -129,7 +151,7 @@ def _defect_panels(
 def _stacked_fractions(ax: Axes, data: pd.DataFrame, title: str) -> None:
     """Seed-mean source energy fractions per layer as stacked bars."""
     means = data.groupby(["layer", "variable"])["value"].mean().unstack("variable")
-    colors = dict(zip(FRACTIONS, sns.color_palette("colorblind", len(FRACTIONS)), strict=True))
+    colors = dict(zip(FRACTIONS, figstyle.qualitative(len(FRACTIONS)), strict=True))
     layers = np.asarray(means.index, dtype=int)
     bottom = np.zeros(len(layers))
     for var in FRACTIONS:
@@ -160,27 +182,13 @@ def _line_panel(
     legend_title: str,
     legend_outside: bool = True,
 ) -> None:
-    palette = dict(zip(hue_order, sns.color_palette("colorblind", len(hue_order)), strict=True))
-    if len(data):
-        sns.lineplot(
-            data=data,
-            x=x,
-            y="value",
-            hue="group",
-            hue_order=hue_order,
-            palette=palette,
-            estimator="mean",
-            errorbar=_CI,
-            n_boot=n_boot,
-            seed=seed,
-            marker="o",
-            ax=ax,
-        )
+    palette = dict(zip(hue_order, figstyle.qualitative(len(hue_order)), strict=True))
+    drawn = _seed_mean_lines(ax, data, x, hue_order, palette, n_boot=n_boot, seed=seed)
     if null is not None:
         ax.axhline(null, color="0.4", linestyle="--", linewidth=1.0, label=null_label)
     ax.set_title(title)
     ax.set_ylabel("seed mean")
-    if (ax.get_legend() is not None or null is not None) and legend_outside:
+    if (drawn or null is not None) and legend_outside:
         # beside the axes: inside, "best" can still sit on the null level or a band
         ax.legend(
             title=legend_title,
@@ -189,7 +197,7 @@ def _line_panel(
             bbox_to_anchor=(1.01, 1.0),
             borderaxespad=0.0,
         )
-    elif ax.get_legend() is not None or null is not None:
+    elif drawn or null is not None:
         ax.legend(title=legend_title, fontsize="small")
 
 
@@ -227,7 +235,7 @@ def _defect_figure(
     run, and the caption: ``intro``, then the conventions shared by both figures."""
     data, n_div = _collect(runs, DEFECTS, [checkpoint])
     hue = [g for g, _, _ in runs]
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(11.0, 3.6), layout="constrained")
         axes = fig.subplots(1, 3, sharey=True)
         log = _defect_panels(axes, data, hue, n_boot=n_boot, seed=seed, legend_title=legend_title)
@@ -282,7 +290,7 @@ def figure2(
         return None
     data, n_div = _collect(runs, FRACTIONS + ("chi", "rho_tr_imb"), [checkpoint])
     hue = [g for g, _, _ in runs]
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(3.4 * max(len(runs), 2), 7.0), layout="constrained")
         top, bottom = fig.subfigures(2, 1)
         bars = np.atleast_1d(top.subplots(1, len(runs), sharey=True))
@@ -371,7 +379,7 @@ def figure4(
         return None
     data, n_div = _collect(runs, DEFECTS + FRACTIONS, [checkpoint])
     hue = [g for g, _, _ in runs]
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(11.0, 7.0), layout="constrained")
         top, bottom = fig.subfigures(2, 1)
         axes = top.subplots(1, 3, sharey=True)
@@ -437,7 +445,7 @@ def figure5(
         n_div += int(np.asarray(ds["diverged"].values, bool).sum()) if "diverged" in ds else 0
     data = pd.concat(frames, ignore_index=True)
     hue = [g for g, _, _ in runs]
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(12.0, 3.8), layout="constrained")
         ax_rho, ax_chi = fig.subplots(1, 2)
         for ax, var, title, null, null_label in (

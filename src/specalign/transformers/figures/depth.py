@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
+from specalign import figstyle
 from specalign.lazy import LazyModule
 from specalign.transformers.figures.style import (
     _NULL,
-    _STYLE,
     _integer_x,
     _legend_outside,
     _line_band,
@@ -30,7 +30,6 @@ from specalign.transformers.tables import mode_view
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-sns = LazyModule("seaborn")
 mpl_figure = LazyModule("matplotlib.figure")
 
 
@@ -44,10 +43,10 @@ def token_distance_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str]:
     modes = _modes(prop)
     short = [m for m in modes if not m.startswith("prolonged")]
     long_ = [m for m in modes if m.startswith("prolonged")]
-    pal = dict(zip(modes, sns.color_palette("colorblind", len(modes)), strict=True))
+    pal = dict(zip(modes, figstyle.qualitative(len(modes)), strict=True))
     normalized = bool(int(prop.attrs.get("normalize_distance", 1)))
     finals: dict[str, float] = {}
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         n_panels = 2 if long_ and short else 1
         fig = mpl_figure.Figure(figsize=(5.2 * n_panels + 1.0, 4.0), layout="constrained")
         axes = np.atleast_1d(fig.subplots(1, n_panels))
@@ -117,11 +116,11 @@ def prolonged_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | None:
         return None
     base = mode_view(prop, "simplified_real")
     depth = int(base.sizes["layer"]) if base is not None else None
-    pal = dict(zip(data, sns.color_palette("colorblind", len(data)), strict=True))
+    pal = dict(zip(data, figstyle.qualitative(len(data)), strict=True))
     finals: dict[str, float] = {}
     null_level = float("nan")
     sin_all: list[np.ndarray] = []
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(13.0, 4.4), layout="constrained")
         ax_g, ax_s = fig.subplots(1, 2)
         for i, (mode, ds) in enumerate(data.items()):

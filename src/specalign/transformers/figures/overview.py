@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
+from specalign import figstyle
 from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
 from specalign.transformers.figures.sphere import sphere_figure13, sphere_figure14
@@ -20,7 +21,6 @@ from specalign.transformers.figures.style import (
     _N_EIGS,
     _NULL,
     _RANDOM_MODEL,
-    _STYLE,
     _d_model,
     _integer_x,
 )
@@ -37,7 +37,6 @@ from specalign.transformers.weights import shares_weights
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-sns = LazyModule("seaborn")
 mpl_figure = LazyModule("matplotlib.figure")
 
 
@@ -72,9 +71,9 @@ def spectrum_overview_figure(
         return None
     like = dict(like or {})
     groups = _panel_groups(list(spectra_by_model), like)
-    pal = sns.color_palette("colorblind", _N_EIGS)
+    pal = figstyle.qualitative(_N_EIGS)
     notes = []
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         n = len(groups)
         ncol = min(n, 3)
         nrow = math.ceil(n / ncol)
@@ -141,10 +140,10 @@ def eigvec_continuity_figure(
         return None
     like = dict(like or {})
     trained = [m for m in series if not is_random_model(m, like)]
-    pal = dict(zip(trained, sns.color_palette("colorblind", max(len(trained), 1)), strict=False))
+    pal = dict(zip(trained, figstyle.qualitative(max(len(trained), 1)), strict=False))
     dims = sorted({_d_model(spectra_by_model[m]) for m in series})
     notes = []
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(7.0, 4.2), layout="constrained")
         ax = fig.subplots()
         for m, ov in series.items():

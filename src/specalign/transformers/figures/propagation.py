@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
+from specalign import figstyle
 from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
 from specalign.transformers.figures.style import (
     _NULL,
     _RANDOM_MODEL,
-    _STYLE,
     _integer_x,
     _legend_outside,
     _line_band,
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-sns = LazyModule("seaborn")
 mpl_figure = LazyModule("matplotlib.figure")
 
 
@@ -83,14 +82,14 @@ def alignment_figure(
     twin = mode_view(null_prop, mode) if null_prop is not None else None
     twin_means: dict[str, float] = {}
     x = ds["layer"].values
-    pal = sns.color_palette("colorblind", 2)
+    pal = figstyle.qualitative(2)
     rows = (
         ("gamma", "$\\gamma_t = |corr(x_i^t, v_{1,t})|$"),
         ("psi", "$\\psi_t = \\gamma_t - |corr(x_i^{t-1}, v_{1,t})|$"),
         ("rho", "$\\rho_t = P(\\psi_t > 0)$"),
     )
     nulls: dict[str, float] = {}
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(9.0, 8.6), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
         for ax, (var, title) in zip(axes, rows, strict=True):
@@ -220,7 +219,7 @@ def correlations_figure(
     plane = proj == "top2"
     factor = math.pi / 2 if plane else 1.0
     means: dict[str, float] = {}
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(9.2, 8.2), layout="constrained")
         axes = fig.subplots(3, 1, sharex=True)
         for ax, (var, title) in zip(axes, rows, strict=True):
@@ -276,9 +275,9 @@ def corr_choice_figure(prop: xr.Dataset, model: str) -> tuple[Figure, str] | Non
     if any(v not in prop for v in need):
         return None
     modes = [m for m in _modes(prop) if not m.startswith("prolonged")]
-    pal = dict(zip(modes, sns.color_palette("colorblind", len(modes)), strict=True))
+    pal = dict(zip(modes, figstyle.qualitative(len(modes)), strict=True))
     summary: list[str] = []
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(10.0, 7.0), layout="constrained")
         axes = fig.subplots(2, 2, sharex=True, sharey="row")
         for col, (name, suffix) in enumerate(((corr, ""), (other, f"_{other}"))):

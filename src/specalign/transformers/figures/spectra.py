@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
+from specalign import figstyle
 from specalign.lazy import LazyModule
 from specalign.transformers.figures.style import (
     _N_EIGS,
     _NULL,
     _RANDOM_MODEL,
-    _STYLE,
     _d_model,
     _integer_x,
     _legend_outside,
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-sns = LazyModule("seaborn")
 mpl_figure = LazyModule("matplotlib.figure")
 mpl_ticker = LazyModule("matplotlib.ticker")
 
@@ -47,7 +46,7 @@ def _complex_plane_panel(ax: Axes, spectra: xr.Dataset, null_spectra: xr.Dataset
             alpha=0.5,
             label="random-weight model",
         )
-    colors = sns.color_palette("viridis", n_blocks)
+    colors = figstyle.sequential(n_blocks)
     layers_of = _layers_of_blocks(spectra)
     for b in range(n_blocks):
         ax.scatter(
@@ -116,7 +115,7 @@ def _layer_eigenvalue_panel(
     """Re(lambda_1..5) per layer, the random-weight model's dashed; returns the layers
     (0-based) whose lambda_1 is complex, which are marked."""
     layers = np.arange(1, per_layer.shape[0] + 1)
-    pal = sns.color_palette("colorblind", _N_EIGS)
+    pal = figstyle.qualitative(_N_EIGS)
     for i in range(per_layer.shape[1]):
         ax.plot(
             layers,
@@ -176,7 +175,7 @@ def eigenvalue_figure(
     n_blocks = spectra.sizes["block"]
     d = _d_model(spectra)
     per_layer = layer_eigenvalues(spectra)
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(13.0, 4.6), layout="constrained")
         ax_c, ax_l = fig.subplots(1, 2, width_ratios=[1.0, 1.3])
         radius = _complex_plane_panel(ax_c, spectra, null_spectra)
@@ -231,7 +230,7 @@ def heads_figure(
     lam1 = np.asarray(spectra["head_lambda1_real"].values, dtype=float)[lb]
     frac = np.asarray(spectra["head_positive_fraction"].values, dtype=float)[lb]
     L, H = frac.shape
-    with sns.axes_style("white"):
+    with figstyle.axes_style(grid=False):
         fig = mpl_figure.Figure(figsize=(2.0 * min(3.5 + 0.2 * H, 8.0), 2.0 + 0.22 * L),
                                 layout="constrained")  # fmt: skip
         ax_l, ax_f = fig.subplots(1, 2)

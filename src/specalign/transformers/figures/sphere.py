@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
+from specalign import figstyle
 from specalign.lazy import LazyModule
 from specalign.transformers.figures.style import (
     _NULL,
-    _STYLE,
 )
 from specalign.transformers.tables import (
     bipartite_outcomes,
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from mpl_toolkits.mplot3d.axes3d import Axes3D
 
-sns = LazyModule("seaborn")
 mpl_figure = LazyModule("matplotlib.figure")
 
 #: Seeded random unit directions averaged for the null of Fig. 13's |corr(x_i, v1)|.
@@ -65,7 +64,7 @@ def _sphere_axes(ax: Axes3D, V: np.ndarray) -> None:
 
 def _trajectories_3d(ax: Axes3D, coords: np.ndarray) -> None:
     """coords (step, token, 3): one line per token and a solid dot at its endpoint."""
-    pal = sns.color_palette("husl", coords.shape[1])
+    pal = figstyle.cyclic(coords.shape[1])
     for i in range(coords.shape[1]):
         c = coords[:, i]
         ax.plot(c[:, 0], c[:, 1], c[:, 2], color=pal[i], lw=1.0)
@@ -106,7 +105,7 @@ def sphere_figure13(sphere: xr.Dataset) -> tuple[Figure, str]:
     seed = int(sphere.attrs.get("seed", 0))
     d, n, H = int(sphere.attrs["d"]), int(sphere.attrs["n"]), int(sphere.attrs["heads"])
     finals = {}
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(10.0, 8.6), layout="constrained")
         gs = fig.add_gridspec(2, 2, width_ratios=[1.0, 1.2])
         for row, (key, label) in enumerate(
@@ -164,9 +163,9 @@ def sphere_figure14(sphere: xr.Dataset) -> tuple[Figure, str]:
     perts = [float(p) for p in sphere["perturbation"].values]
     dist = np.asarray(sphere["bipartite_distance"].values, dtype=float)
     steps = sphere["step"].values
-    pal = sns.color_palette("colorblind", len(perts))
+    pal = figstyle.qualitative(len(perts))
     outcomes = bipartite_outcomes(sphere)
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         height = 4.4 * max(len(perts), 1) ** 0.8
         fig = mpl_figure.Figure(figsize=(10.0, height), layout="constrained")
         left, right = fig.subfigures(1, 2, width_ratios=[1.0, 1.1])

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xarray as xr
 
+from specalign import figstyle
 from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
 from specalign.transformers.figures.style import (
     _NULL,
-    _STYLE,
     _integer_x,
     _nanstats,
 )
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-sns = LazyModule("seaborn")
 mpl_figure = LazyModule("matplotlib.figure")
 
 
@@ -80,7 +79,7 @@ def _steering_size_panel(ax: Axes, steer: xr.Dataset, pal: Mapping[str, Any]) ->
 def _steered_layers_panels(ax_g: Axes, ax_r: Axes, steer: xr.Dataset, null_all: float) -> None:
     """The paper's per-layer gamma_t and rho_t of every steered model."""
     cs = [float(c) for c in steer["c"].values]
-    c_pal = sns.color_palette("viridis", len(cs))
+    c_pal = figstyle.sequential(len(cs))
     layers = steer["layer"].values
     for k, method in enumerate(str(m) for m in steer["method"].values):
         sub = steer.sel({"method": method})
@@ -181,9 +180,9 @@ def steering_figure(steer: xr.Dataset, model: str) -> tuple[Figure, str]:
     """
     methods = [str(m) for m in steer["method"].values]
     has_p = bool(np.isfinite(steer["p_before"].values).any())
-    pal = dict(zip(methods, sns.color_palette("colorblind", len(methods)), strict=True))
+    pal = dict(zip(methods, figstyle.qualitative(len(methods)), strict=True))
     null_all = _nanmean(steer["gamma_u_null"])
-    with sns.axes_style(_STYLE):
+    with figstyle.axes_style():
         fig = mpl_figure.Figure(figsize=(11.0, 7.6 if not has_p else 11.0), layout="constrained")
         axes = fig.subplots(3 if has_p else 2, 2)
         _steering_target_panel(axes[0][0], steer, pal, null_all)

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 mpl_ticker = LazyModule("matplotlib.ticker")
 
-_STYLE = "whitegrid"
 _NULL = "0.35"  # random-direction null
 _NEG = "tab:purple"  # most-negative-eigenvector null
 _RANDOM_MODEL = "0.55"
