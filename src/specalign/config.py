@@ -252,7 +252,7 @@ def series_steps(spec: Mapping[str, Any]) -> list[int]:
     """The steps of a checkpoint series (``transformers.series.<name>``): the N of its
     hub revisions ``step{N}``, or a trained run's ``points`` (all saved steps if null)."""
     if spec["source"] == "hub":
-        return sorted(int(r[len("step"):]) for r in spec["revisions"])
+        return sorted(int(r[len("step") :]) for r in spec["revisions"])
     from specalign.transformers.training import checkpoint_steps
 
     saved = checkpoint_steps(spec["steps"])
@@ -386,16 +386,31 @@ def _vocabulary_limit(
     kind: str, path: str, family: str, vocab_size: int, heldout_fraction: float, split_seed: int
 ) -> int | None:
     """None when the run's tokenizer can learn ``vocab_size`` pieces from its training
-    split, else the most it can learn. Found by training that tokenizer (a tenth of a
-    second on the pydoc topics), so the check is the job's own, not a bound beside it."""
+    split, else the most it can learn. Found by training that tokenizer, so the check is
+    the job's own, not a bound beside it; kept on disk (:mod:`specalign.kept`) by the
+    corpus's content, the settings and the tokenizers version, since on the shipped
+    plays it takes seconds and every ``snakemake`` call validates the configuration."""
+    from importlib.metadata import version
+
+    from specalign.kept import kept
     from specalign.transformers import training
 
-    mtime = Path(path).stat().st_mtime if kind == "file" else 0.0
+    mtime = Path(path).stat().st_mtime_ns if kind == "file" else 0
     key = (kind, path, mtime, training.FAMILIES[family], vocab_size, heldout_fraction, split_seed)
     if key not in _LIMITS:
-        docs = training.load_corpus({"kind": kind, "path": path or None})
-        train_docs, _ = training.split_documents(docs, heldout_fraction, split_seed)
-        _LIMITS[key] = training.vocabulary_limit(train_docs, family, vocab_size)
+        corpus = {"kind": kind, "path": path or None}
+        identity = training.corpus_identity(corpus)["sha256"]
+
+        def compute() -> dict[str, int | None]:
+            docs = training.load_corpus(corpus)
+            train_docs, _ = training.split_documents(docs, heldout_fraction, split_seed)
+            return {"limit": training.vocabulary_limit(train_docs, family, vocab_size)}
+
+        text = json.dumps(
+            [identity, training.FAMILIES[family], vocab_size, heldout_fraction, split_seed,
+             version("tokenizers")]
+        )  # fmt: skip
+        _LIMITS[key] = kept("vocabulary-limits", text, compute)["limit"]
     return _LIMITS[key]
 
 
@@ -459,9 +474,7 @@ def _check_cross_keys(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> None
 _TWIN_SUFFIXES = ("_random", "-random", ".random")
 
 
-def _source_problems(
-    key: str, spec: Mapping[str, Any], defaults: Mapping[str, Any]
-) -> list[str]:
+def _source_problems(key: str, spec: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str]:
     """A model's keys against what its ``source`` reads (``transformers.sources.SOURCES``):
     the keys it requires, and keys only other sources read given with other than their
     schema default (they would be ignored without a word)."""
@@ -497,8 +510,7 @@ def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str
     tcfg = cfg.get("transformers", {})
     models = tcfg.get("models", {})
     defaults = {
-        field: sub.get("default")
-        for field, sub in schema["$defs"]["model"]["properties"].items()
+        field: sub.get("default") for field, sub in schema["$defs"]["model"]["properties"].items()
     }
     cycles: set[tuple[str, ...]] = set()
     for name, spec in models.items():

@@ -264,6 +264,35 @@ def test_series_vocabulary_limit_is_the_tokenizers_own(base):
     validate_config(_with_series(base, s=dict(run, family="gpt2", vocab_size=words + 1)))
 
 
+def test_series_vocabulary_limit_is_kept_by_the_corpus_content(base, tmp_path, monkeypatch):
+    """Found once per corpus text and settings, then read from the kept facts: a second
+    process (here: the in-process memo emptied) trains no tokenizer; another text is
+    another key, so an edited corpus file is checked again."""
+    from specalign import config as config_module
+    from specalign.transformers import training
+
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("alpha beta gamma\n\ndelta epsilon\n\nzeta eta theta iota\n")
+    run = dict(source="trained", family="bert", vocab_size=40, split_seed=0,
+               corpus={"kind": "file", "path": str(corpus)})  # fmt: skip
+    with pytest.raises(ConfigError, match="vocab_size: 40 .* at most") as first:
+        validate_config(_with_series(base, s=run))
+    trained = []
+    original = training.vocabulary_limit
+    monkeypatch.setattr(training, "vocabulary_limit", lambda *a: trained.append(a) or original(*a))
+    monkeypatch.setattr(config_module, "_LIMITS", {})
+    with pytest.raises(ConfigError, match="vocab_size: 40 .* at most") as second:
+        validate_config(_with_series(base, s=run))
+    assert trained == [] and str(second.value) == str(first.value)
+    corpus.write_text(corpus.read_text() + "\nkappa lambda mu nu xi omicron pi rho\n")
+    monkeypatch.setattr(config_module, "_LIMITS", {})
+    with pytest.raises(ConfigError, match="vocab_size: 40 .* at most"):
+        validate_config(_with_series(base, s=run))
+    assert len(trained) == 1  # the edited text is another key
+    assert len(list((tmp_path / "cache" / "vocabulary-limits").glob("*.json"))) == 2
+
+
 def test_series_empty_corpus_file(base, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("  \n")

@@ -142,17 +142,14 @@ no other module tests a family's name.
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
 import json
 import logging
 import math
-import os
 import sys
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
@@ -291,56 +288,21 @@ def _read_values(hf: Any, names: list[str], values: dict[str, Any], opaque: list
                 opaque.append(name)
 
 
-def _facts_cache() -> Path | None:
-    """The folder of kept facts: ``$SPECALIGN_CACHE`` (empty: keep none), else
-    ``$XDG_CACHE_HOME/specalign`` or ``~/.cache/specalign``, + ``config-facts``."""
-    root = os.environ.get("SPECALIGN_CACHE")
-    if root == "":
-        return None
-    if root is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "specalign")
-    return Path(root) / "config-facts"
-
-
 def config_facts(config: Mapping[str, Any]) -> ConfigFacts:
-    """:func:`hf_config`'s object of ``config`` as :class:`ConfigFacts`, kept on disk by
-    the content of ``config`` and the installed ``transformers`` version (and read
-    without importing either ``transformers`` or torch when kept). Raises ValueError as
-    :func:`hf_config` does."""
+    """:func:`hf_config`'s object of ``config`` as :class:`ConfigFacts`, kept on disk
+    (:mod:`specalign.kept`, folder ``config-facts``) by the content of ``config`` and the
+    installed ``transformers`` version, and read without importing either
+    ``transformers`` or torch when kept. Raises ValueError as :func:`hf_config` does."""
     from importlib.metadata import version
 
+    from specalign.kept import kept
+
     text = json.dumps(config, sort_keys=True, default=str)
-    key = hashlib.sha256(
-        f"{FACTS_FORMAT}\n{version('transformers')}\n{text}".encode()
-    ).hexdigest()
-    folder = _facts_cache()
-    path = folder / f"{key}.json" if folder is not None else None
-    facts = None
-    if path is not None and path.is_file():
-        try:
-            facts = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            facts = None  # unreadable: computed again, and rewritten
-    if facts is None:
-        facts = _facts_of(config)
-        if path is not None:
-            _keep(path, facts)
+    key = f"{FACTS_FORMAT}\n{version('transformers')}\n{text}"
+    facts = kept("config-facts", key, lambda: _facts_of(config))
     if "error" in facts:
         raise ValueError(facts["error"])
     return ConfigFacts(facts["values"], frozenset(facts["opaque"]))
-
-
-def _keep(path: Path, facts: dict[str, Any]) -> None:
-    """Write ``facts`` to ``path`` atomically; a cache that cannot be written is skipped
-    (the facts are computed again next time)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(facts, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 def _attr(hf: Any, *names: str) -> Any:
