@@ -69,6 +69,7 @@ checkpoint train_model:
         series=name_regex(TRAINED_SERIES),
     params:
         run=lambda w: canonical_json(training_settings(w.series)),
+        corpus=lambda w: canonical_json(training_corpus_identity(w.series)),
     # a training setting (the weights depend on it), not the config's threads
     threads: lambda w: config["transformers"]["series"][w.series]["threads"]
     # the longest jobs of a series, with every point waiting on them: started before the

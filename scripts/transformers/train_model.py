@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from specalign import io
+from specalign.runtime import torch_device
 from specalign.transformers import sources, training
 from specalign.workflow import log, run_script
 
@@ -27,7 +28,16 @@ def main(smk):
             smk.wildcards.series,
             smk.threads,
         )
-    result = training.train_run(run, out, log=log)
+    planned = json.loads(smk.params.corpus)["sha256"]
+    found = training.corpus_identity(run["corpus"])["sha256"]
+    if found != planned:  # the text changed after Snakemake planned this job
+        raise training.TrainingError(
+            f"corpus: the text (sha256 {found}) is not the one this job was planned for "
+            f"({planned}); run snakemake again"
+        )
+    device = torch_device(smk.resources.get("gpu", 0))
+    log.info("%s: training on %s", smk.wildcards.series, device)
+    result = training.train_run(run, out, log=log, device=device)
     log.info(
         "%s: %d parameters; final held-out loss %.4f vs held-out unigram entropy %.4f nats/token%s",
         smk.wildcards.series,

@@ -3,6 +3,8 @@ training.nc's contract, the report's section (7), and the rerun matrix (a new po
 reruns that point and the cross-checkpoint outputs only; a training setting reruns the
 training and what depends on it)."""
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -62,6 +64,16 @@ def test_training_nc_contract(series_run):
                 assert ds[v].attrs.get("description"), v
             assert np.isfinite(ds["heldout_loss"].values).all()
             assert float(ds["heldout_unigram_entropy"]) > 0
+        # the text trained on, by content, and the documents held out, by name
+        with xr.open_dataset(workdir / f"results/transformers/series/{name}/run.nc") as run:
+            from pydoc_data.topics import topics
+
+            from specalign.transformers import training
+
+            pydoc = training.corpus_identity({"kind": "pydoc_topics"})
+            assert run.attrs["corpus_sha256"] == pydoc["sha256"]
+            held = json.loads(run.attrs["heldout_documents"])
+            assert held and set(held) <= set(topics)
         manifest = yaml.safe_load((workdir / f"resources/models/{name}_step4/manifest.json")
                                   .read_text())  # fmt: skip
         assert manifest["source"] == "trained"
@@ -74,11 +86,33 @@ def test_training_nc_contract(series_run):
     assert "(7) Over training" in report and "**a** (trained, albert)" in report
 
 
+def test_the_report_describes_each_point_as_a_trained_checkpoint(repo, series_run, tmp_path):
+    """Trained points were listed as "random weights with a configuration written in the
+    config": each is the step of its series, with the series' family and length."""
+    import html
+    import json
+    import re
+
+    workdir, series = series_run
+    out = tmp_path / "report.html"
+    run_snakemake(repo, workdir, "--report", str(out), timeout=600)
+    desc = re.search(r'var workflow_desc = ("(?:[^"\\]|\\.)*");', out.read_text()).group(1)
+    intro = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", json.loads(desc))).split())
+    for name, run in series.items():
+        for step in (0, 4):
+            assert (
+                f"{name}_step{step} : trained here: step {step} of the series {name} "
+                f"({run['family']}, {run['steps']} steps)"
+            ) in intro, intro
+    assert "written in the config" not in intro
+
+
 def test_every_netcdf_file_reads_as_xarray_reads_it(series_run):
     """The series' own files (training.nc, the checkpoints' analyses) among them."""
     from reading import assert_read_as_xarray_reads
 
-    files = sorted((series_run[0] / "results").rglob("*.nc"))
+    # one file of each kind (each model's files hold the same variables)
+    files = list({p.name: p for p in sorted((series_run[0] / "results").rglob("*.nc"))}.values())
     assert any(p.name == "training.nc" for p in files)
     for path in files:
         assert_read_as_xarray_reads(path)

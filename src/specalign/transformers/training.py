@@ -38,7 +38,9 @@ recorded (``diverged_step``) and no later checkpoint is written.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -81,28 +83,64 @@ class VocabularyError(TrainingError):
 # --------------------------------------------------------------------------- corpus
 
 
-def load_corpus(corpus: Mapping[str, Any]) -> list[str]:
-    """The corpus as a list of non-empty documents.
+def corpus_documents(corpus: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The corpus as ``(name, text)`` of its non-empty documents, in a fixed order.
 
-    ``{"kind": "pydoc_topics"}``: the standard library's help topics, sorted by topic
-    name; ``{"kind": "file", "path": p}``: a UTF-8 text file split at blank lines.
+    ``pydoc_topics``: the standard library's help topics, sorted by topic name (the text
+    differs between Python versions: :func:`corpus_identity`); ``shakespeare``: the 38
+    plays shipped with specalign (:mod:`specalign.transformers.corpora`), one play a
+    document; ``file``: a UTF-8 text file split at blank lines.
     """
     kind = corpus.get("kind", "pydoc_topics")
     if kind == "pydoc_topics":
         from pydoc_data.topics import topics
 
-        docs = [topics[k] for k in sorted(topics)]
+        docs = [(k, topics[k]) for k in sorted(topics)]
+    elif kind == "shakespeare":
+        from specalign.transformers.corpora import CorpusError, shakespeare_plays
+
+        try:
+            docs = shakespeare_plays()
+        except CorpusError as exc:
+            raise TrainingError(str(exc)) from None
     elif kind == "file":
         path = Path(str(corpus.get("path") or ""))
         if not str(corpus.get("path") or "") or not path.is_file():
             raise TrainingError(f"corpus.path: {str(path)!r} is not a file")
-        docs = re.split(r"\n\s*\n", path.read_text(encoding="utf-8"))
+        parts = re.split(r"\n\s*\n", path.read_text(encoding="utf-8"))
+        docs = [(f"paragraph {i + 1}", d) for i, d in enumerate(p for p in parts if p.strip())]
     else:
-        raise TrainingError(f"corpus.kind: unknown kind {kind!r} (pydoc_topics or file)")
-    docs = [d.strip() for d in docs if d.strip()]
+        raise TrainingError(
+            f"corpus.kind: unknown kind {kind!r} (pydoc_topics, shakespeare or file)"
+        )
+    docs = [(name, d.strip()) for name, d in docs if d.strip()]
     if not docs:
         raise TrainingError(f"corpus: the {kind} corpus is empty")
     return docs
+
+
+def documents_sha256(docs: Sequence[str]) -> str:
+    """sha256 of the documents' UTF-8 bytes, a NUL between two (:func:`corpus_identity`)."""
+    return hashlib.sha256("\0".join(docs).encode("utf-8")).hexdigest()
+
+
+def load_corpus(corpus: Mapping[str, Any]) -> list[str]:
+    """The texts of :func:`corpus_documents`."""
+    return [text for _, text in corpus_documents(corpus)]
+
+
+def corpus_identity(corpus: Mapping[str, Any]) -> dict[str, Any]:
+    """What the training reads, by content: the sha256 of the documents (each one's UTF-8
+    bytes, a NUL between two), their number and characters. It enters the training
+    rule's parameters and ``run.nc``, so that a corpus that changes (the pydoc topics
+    differ between Python versions: 458,917 characters in 3.10.13, 464,970 in 3.11.7)
+    retrains rather than mixing checkpoints of two texts."""
+    docs = load_corpus(corpus)
+    return {
+        "sha256": documents_sha256(docs),
+        "documents": len(docs),
+        "characters": sum(len(d) for d in docs),
+    }
 
 
 def vocabulary_limit(train_docs: Sequence[str], family: str, vocab_size: int) -> int | None:
@@ -120,23 +158,28 @@ def vocabulary_limit(train_docs: Sequence[str], family: str, vocab_size: int) ->
 def split_documents(
     docs: Sequence[str], heldout_fraction: float, split_seed: int
 ) -> tuple[list[str], list[str]]:
-    """Fixed train / held-out split by whole documents: documents in a permutation seeded
-    by ``split_seed`` go to the held-out part until it holds ``heldout_fraction`` of the
-    characters. At least one document on each side."""
-    if len(docs) < 2:
+    """Fixed train / held-out split by whole documents (:func:`heldout_indices`)."""
+    held = set(heldout_indices([len(d) for d in docs], heldout_fraction, split_seed))
+    train = [d for i, d in enumerate(docs) if i not in held]
+    return train, [docs[i] for i in sorted(held)]
+
+
+def heldout_indices(lengths: Sequence[int], heldout_fraction: float, split_seed: int) -> list[int]:
+    """The held-out documents, sorted: documents in a permutation seeded by
+    ``split_seed`` are held out until they hold ``heldout_fraction`` of the characters.
+    At least one document on each side."""
+    if len(lengths) < 2:
         raise TrainingError("corpus: at least two documents are needed for a held-out split")
-    order = np.random.default_rng(split_seed).permutation(len(docs))
-    total = sum(len(d) for d in docs)
+    order = np.random.default_rng(split_seed).permutation(len(lengths))
+    total = sum(lengths)
     held: list[int] = []
     size = 0
     for i in order[:-1]:
         if size >= heldout_fraction * total:
             break
         held.append(int(i))
-        size += len(docs[i])
-    held_set = set(held)
-    train = [d for i, d in enumerate(docs) if i not in held_set]
-    return train, [docs[i] for i in sorted(held_set)]
+        size += lengths[i]
+    return sorted(held)
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -306,6 +349,51 @@ def checkpoint_steps(steps: int) -> list[int]:
     return sorted(out)
 
 
+def step_flops(run: Mapping[str, Any], vocab_size: int) -> float:
+    """FLOPs of one optimiser step by the compute model (forward and backward, 3x the
+    forward's multiply-adds x 2):
+    ``3 B T [L (8 d^2 + 4 d d_ff + 4 T d) + 2 d V f + 2 d^2]``, B the batch, T the block,
+    L the layers, d the width, V the vocabulary, f the share of positions the vocabulary
+    head runs at (the masked-LM's ``mask_prob``, :func:`masked_logits`; 1 for causal-LM).
+    Shared weights (ALBERT) change the parameters, not the FLOPs."""
+    B, T, L = run["batch_size"], run["seq_len"], run["n_layers"]
+    d, d_ff = run["d_model"], run["d_ff"]
+    f = 1.0 if FAMILIES[run["family"]] == "causal_lm" else float(run["mask_prob"])
+    per_token = L * (8 * d * d + 4 * d * d_ff + 4 * T * d) + 2 * d * vocab_size * f + 2 * d * d
+    return 3.0 * B * T * per_token
+
+
+def projected_seconds(
+    runs: Mapping[str, Mapping[str, Any]], measured: Mapping[str, Any], cores: int = 2
+) -> dict[str, float]:
+    """The wall time a configuration's series take on ``cores`` cores, projected from
+    ``measured`` (bench/training_projection.json, bench/bench_training.py): each run's
+    steps at its family's measured fraction of the GEMM rate (so that a changed width or
+    step count is projected, not only the measured settings), the runs side by side on
+    the cores, then every point's analysis at its measured CPU seconds. Also the passes
+    each run makes over its training tokens."""
+    out: dict[str, float] = {}
+    train = []
+    for name, run in runs.items():
+        fam = measured["families"][run["family"]]
+        rate = measured["gemm_gflops"][str(int(run["threads"]))] * 1e9
+        seconds = (
+            run["steps"]
+            * step_flops(run, fam["vocab_size"])
+            / (fam["fraction_of_gemm_rate"] * rate)
+        )
+        train.append((seconds, int(run["threads"])))
+        out[f"passes:{name}"] = (
+            run["steps"] * run["batch_size"] * run["seq_len"] / fam["train_tokens"]
+        )
+    out["training"] = max(max(s for s, _ in train), sum(s * t for s, t in train) / cores)
+    points = sum(len(run.get("points") or checkpoint_steps(run["steps"])) for run in runs.values())
+    per_point = measured["analysis"]["cpu_seconds"] / measured["analysis"]["points"]
+    out["analysis"] = points * per_point / cores
+    out["total"] = out["training"] + out["analysis"]
+    return out
+
+
 def model_config(run: Mapping[str, Any], vocab_size: int, special_ids: Mapping[str, int]) -> Any:
     """The ``transformers`` configuration of a run: the same width, depth, heads, FFN,
     positions and (zero by default) dropout for every family."""
@@ -413,6 +501,23 @@ class RunResult:
     n_heldout_targets: int
     vocab_size: int
     corpus_chars: int
+    corpus_sha256: str
+    heldout_documents: list[str]
+    device: str = "cpu"
+
+
+def masked_logits(model: Any, ids: Any, labels: Any) -> tuple[Any, Any]:
+    """A masked-LM's logits at its targets only, and those targets: the encoder runs over
+    every position, the vocabulary head (d x V, a quarter of a small model's forward
+    FLOPs at V = 4096, d = 128) only where ``labels`` names a target (15 % of the
+    positions); its logits elsewhere are never read. The same loss as the model's own
+    forward with ``labels`` (tested)."""
+    base, head = (
+        (model.albert, model.predictions) if hasattr(model, "albert") else (model.bert, model.cls)
+    )
+    hidden = base(input_ids=ids).last_hidden_state
+    where = labels != -100
+    return head(hidden[where]), labels[where]
 
 
 def _heldout_loss(model: Any, batches: Sequence[tuple[Any, Any]]) -> float:
@@ -423,9 +528,11 @@ def _heldout_loss(model: Any, batches: Sequence[tuple[Any, Any]]) -> float:
     model.eval()
     with torch.no_grad():
         for ids, labels in batches:
-            logits = model(input_ids=ids).logits.double()
             if labels is None:  # causal: predict token t+1 from tokens <= t
-                logits, labels = logits[:, :-1], ids[:, 1:]
+                logits, labels = model(input_ids=ids).logits[:, :-1].double(), ids[:, 1:]
+            else:
+                logits, labels = masked_logits(model, ids, labels)
+                logits = logits.double()
             loss = torch.nn.functional.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]),
                 labels.reshape(-1),
@@ -453,7 +560,9 @@ def _save(model: Any, hf_tok: Any, folder: Path, info: Mapping[str, Any]) -> Non
         raise
 
 
-def train_run(run: Mapping[str, Any], out_dir: str | Path, log: Any = None) -> RunResult:
+def train_run(
+    run: Mapping[str, Any], out_dir: str | Path, log: Any = None, device: str = "cpu"
+) -> RunResult:
     """Train one run of the config (``transformers.series.<name>`` with ``source:
     trained``) and write its checkpoints to ``out_dir/step{N}``. Returns the record.
 
@@ -465,7 +574,12 @@ def train_run(run: Mapping[str, Any], out_dir: str | Path, log: Any = None) -> R
 
     Deterministic mode is on for its choice of kernels, without its filling of new
     tensors with NaN: every tensor a step makes is written before it is read, so the
-    weights are the same bytes either way (tested), and the filling cost 5 % of a step."""
+    weights are the same bytes either way (tested), and the filling cost 5 % of a step.
+
+    ``device`` (``"cuda"`` where the job was granted a GPU,
+    :func:`specalign.runtime.torch_device`): where the model and its batches live. The
+    data order and the masks are drawn on the CPU either way, so a GPU run sees the same
+    batches; its weights differ from a CPU run's in the last bits (other kernels)."""
     import torch
     import torch.utils.deterministic
 
@@ -475,15 +589,18 @@ def train_run(run: Mapping[str, Any], out_dir: str | Path, log: Any = None) -> R
     torch.set_num_threads(max(1, int(run.get("threads", 1))))
     torch.use_deterministic_algorithms(True)
     torch.utils.deterministic.fill_uninitialized_memory = _FILL_NEW_TENSORS  # type: ignore[attr-defined]
+    if device.startswith("cuda"):
+        # deterministic cuBLAS needs a fixed workspace, set before CUDA starts
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     try:
-        return _train(run, Path(out_dir), log)
+        return _train(run, Path(out_dir), log, device)
     finally:
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
         torch.set_num_threads(threads)
 
 
-def _train(run: Mapping[str, Any], out_dir: Path, log: Any) -> RunResult:
+def _train(run: Mapping[str, Any], out_dir: Path, log: Any, device: str = "cpu") -> RunResult:
     import torch
 
     fam = run["family"]
@@ -491,8 +608,11 @@ def _train(run: Mapping[str, Any], out_dir: Path, log: Any) -> RunResult:
         raise TrainingError(f"family: {fam!r} is not one of {sorted(FAMILIES)}")
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    docs = load_corpus(run["corpus"])
-    train_docs, held_docs = split_documents(docs, run["heldout_fraction"], run["split_seed"])
+    named = corpus_documents(run["corpus"])
+    docs = [text for _, text in named]
+    held = heldout_indices([len(d) for d in docs], run["heldout_fraction"], run["split_seed"])
+    train_docs = [d for i, d in enumerate(docs) if i not in set(held)]
+    held_docs = [docs[i] for i in held]
     tok = train_tokenizer(train_docs, fam, run["vocab_size"])
     vocab = tok.get_vocab_size()
     train_b = make_blocks(tok, train_docs, fam, run["seq_len"])
@@ -512,6 +632,7 @@ def _train(run: Mapping[str, Any], out_dir: Path, log: Any) -> RunResult:
     torch.manual_seed(run["seed"])
     model = _model_class(fam)(model_config(run, vocab, specials))
     init_output_bias(model, train_b, vocab)
+    model.to(device)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     hf_tok = hf_tokenizer(tok, fam)
@@ -526,13 +647,13 @@ def _train(run: Mapping[str, Any], out_dir: Path, log: Any) -> RunResult:
         rows = held_rows[s : s + run["batch_size"]]
         if causal:
             ids = torch.from_numpy(held_b.ids[rows])
-            held_batches.append((ids, None))
+            held_batches.append((ids.to(device), None))
             n_targets += ids[:, 1:].numel()
         else:
             ids, labels = mlm_mask(
                 held_b, rows, run["mask_prob"], specials["mask"], vocab, held_gen
             )
-            held_batches.append((ids, labels))
+            held_batches.append((ids.to(device), labels.to(device)))
             n_targets += int((labels != -100).sum())
     held_ids = held_b.ids[:n_held]
     if causal:
@@ -591,12 +712,12 @@ def _train(run: Mapping[str, Any], out_dir: Path, log: Any) -> RunResult:
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         if causal:
-            ids = torch.from_numpy(train_b.ids[rows])
-            out = model(input_ids=ids, labels=ids)
+            ids = torch.from_numpy(train_b.ids[rows]).to(device)
+            loss = model(input_ids=ids, labels=ids).loss
         else:
             ids, labels = mlm_mask(train_b, rows, run["mask_prob"], specials["mask"], vocab, gen)
-            out = model(input_ids=ids, labels=labels)
-        loss = out.loss
+            logits, targets = masked_logits(model, ids.to(device), labels.to(device))
+            loss = torch.nn.functional.cross_entropy(logits.float(), targets)
         train_loss[step - 1] = float(loss.detach())
         lrs[step - 1] = lr_at(step)
         if not math.isfinite(train_loss[step - 1]):
@@ -630,6 +751,9 @@ def _train(run: Mapping[str, Any], out_dir: Path, log: Any) -> RunResult:
         n_heldout_targets=int(n_targets),
         vocab_size=int(vocab),
         corpus_chars=int(sum(len(d) for d in docs)),
+        corpus_sha256=documents_sha256(docs),
+        heldout_documents=[named[i][0] for i in held],
+        device=device,
     )
 
 
@@ -703,6 +827,9 @@ def history_dataset(result: RunResult, series: str, run: Mapping[str, Any]) -> A
             "n_heldout_targets": result.n_heldout_targets,
             "vocab_size": result.vocab_size,
             "corpus_chars": result.corpus_chars,
+            "corpus_sha256": result.corpus_sha256,
+            "heldout_documents": json.dumps(result.heldout_documents),
+            "device": result.device,
             "run": json.dumps(dict(run), sort_keys=True),
             "description": "A training run made here (specalign.transformers.training); "
             "diverged_step -1: the loss stayed finite",
