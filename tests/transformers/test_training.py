@@ -203,6 +203,29 @@ def test_the_corpus_identity_follows_the_text(tmp_path):
     )
 
 
+def test_the_training_configuration_stays_within_its_time_and_passes(repo):
+    """config/training.yaml's projected wall time on 2 cores (its step FLOPs at the
+    fraction of the GEMM rate each family reached, and its points' analysis, as
+    bench/bench_training.py measured them on 2 AVX2 cores) stays within 45 minutes, and
+    no run passes more than 4 times over its training text."""
+    import json
+
+    from specalign.config import load_yaml, validate_config
+
+    measured = json.loads((repo / "bench" / "training_projection.json").read_text())
+    cfg = validate_config(load_yaml(repo / "config" / "training.yaml"))
+    runs = cfg["transformers"]["series"]
+    assert {r["family"] for r in runs.values()} == set(training.FAMILIES)
+    projected = training.projected_seconds(runs, measured, cores=2)
+    assert projected["total"] <= 45 * 60, projected
+    for name in runs:
+        assert projected[f"passes:{name}"] <= 4, projected
+    # the projection follows the settings: twice the steps, about twice the training
+    longer = {n: {**r, "steps": 2 * r["steps"]} for n, r in runs.items()}
+    doubled = training.projected_seconds(longer, measured, cores=2)
+    assert doubled["training"] == pytest.approx(2 * projected["training"])
+
+
 def test_step_flops_follow_the_compute_model():
     run = {"family": "gpt2", "batch_size": 16, "seq_len": 128, "n_layers": 6, "d_model": 128,
            "d_ff": 512, "mask_prob": 0.15}  # fmt: skip

@@ -168,6 +168,49 @@ def test_netcdf_read_as_xarray_reads_it(tmp_path):
     assert_read_as_xarray_reads(path)
 
 
+@pytest.mark.parametrize(
+    ("change", "direct"),
+    [("fixed_width_attributes", True), ("empty_attribute", False), ("compound_attribute", False),
+     ("dimension_with_two_scales", False)],
+)  # fmt: skip
+def test_netcdf_attributes_and_dimensions_as_xarray_reads_them(tmp_path, change, direct):
+    """Attributes of fixed-width strings (as other netCDF writers make them) are decoded
+    as h5netcdf decodes them; anything the direct reader does not decode itself is left
+    to xarray's backend: the same Dataset either way."""
+    import h5py
+
+    path = tmp_path / f"{change}.nc"
+    io.write_netcdf(path, _every_kind_of_variable())
+    with h5py.File(path, "a") as f:
+        attrs = f["f64"].attrs
+        if change == "fixed_width_attributes":
+            attrs["fixed"] = np.bytes_(b"abc")
+            attrs["fixed_list"] = np.array([b"ab", b"cd"], dtype="S2")
+            attrs["fixed_one"] = np.array([b"only"], dtype="S4")
+            f.attrs["fixed_root"] = np.bytes_(b"root")
+        elif change == "empty_attribute":
+            attrs["nothing"] = h5py.Empty("f8")
+        elif change == "compound_attribute":
+            attrs["pair"] = np.array((1, 2.0), dtype=[("a", "i4"), ("b", "f8")])
+        else:  # a second scale on the layer axis of f64
+            f["other"] = np.arange(3.0)
+            f["other"].make_scale("other")
+            f["f64"].dims[0].attach_scale(f["other"])
+    assert (io._read_plain_netcdf(path) is not None) == direct
+    assert_read_as_xarray_reads(path)
+
+
+def test_an_hdf5_file_without_netcdf_dimensions_is_read_as_xarray_reads_it(tmp_path):
+    """Unlabelled axes (an HDF5 file no netCDF writer made) are xarray's to name."""
+    import h5py
+
+    path = tmp_path / "plain.h5"
+    with h5py.File(path, "w") as f:
+        f["values"] = np.arange(3.0)  # no dimension scale
+    assert io._read_plain_netcdf(path) is None
+    assert_read_as_xarray_reads(path)
+
+
 @pytest.mark.parametrize("feature", ["empty_dimension", "group", "characters", "time"])
 def test_netcdf_features_outside_the_direct_reader_go_through_xarray(tmp_path, feature):
     """What the direct reader does not decode itself is read by xarray's backend: the
