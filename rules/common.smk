@@ -1,8 +1,6 @@
 # Helpers shared by the rule files (validated config, targets, resources, fingerprints).
 
-import functools
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -386,17 +384,9 @@ def training_corpus_identity(series):
     """The content identity of the corpus a training run reads (the sha256 of its
     documents, specalign.transformers.training.corpus_identity): the pydoc topics differ
     between Python versions, a corpus file may be edited, so the run follows the text."""
-    corpus = config["transformers"]["series"][series]["corpus"]
-    path = corpus.get("path")
-    mtime = os.stat(path).st_mtime_ns if corpus["kind"] == "file" and path else 0
-    return _corpus_identity(canonical_json(corpus), mtime)
-
-
-@functools.lru_cache(maxsize=None)
-def _corpus_identity(corpus_json, mtime):
     from specalign.transformers import training
 
-    return training.corpus_identity(json.loads(corpus_json))
+    return training.corpus_identity(config["transformers"]["series"][series]["corpus"])
 
 
 def training_corpus_file(series):

@@ -237,6 +237,44 @@ def test_step_flops_follow_the_compute_model():
     assert masked == 3 * 16 * T * (per_token - 2 * d * V * 0.85)
 
 
+def test_the_corpus_sha256_is_that_of_its_documents_joined_by_nul(tmp_path):
+    import hashlib
+
+    path = tmp_path / "c.txt"
+    path.write_text("one document\n\nand another\n")
+    expected = hashlib.sha256(b"one document\x00and another").hexdigest()
+    assert training.corpus_identity({"kind": "file", "path": str(path)}) == {
+        "sha256": expected, "documents": 2, "characters": 23,
+    }  # fmt: skip
+
+
+def test_the_learning_step_and_the_tilt_before_or_after_it():
+    """The first checkpoint from which the held-out loss stays below the unigram
+    entropy (a dip that comes back up does not count), and the report's wording."""
+    import xarray as xr
+
+    from specalign.transformers import series
+
+    def ds(losses):
+        return xr.Dataset(
+            {"heldout_loss": ("step", np.array(losses)), "heldout_unigram_entropy": ((), 5.0)},
+            coords={"step": [0, 8, 64, 512]},
+        )
+
+    assert series.learning_step(ds([6.0, 4.9, 5.1, 4.0])) == 512  # the dip at 8 came back
+    assert series.learning_step(ds([6.0, 5.5, 4.9, 4.0])) == 64
+    assert series.learning_step(ds([6.0, 5.5, 5.2, 5.0])) is None  # equal is not below
+    assert series.learning_step(xr.Dataset(coords={"step": [0, 8]})) is None  # hub series
+    says = series._before_or_after_learning
+    assert says(8, 64, True) == (
+        ", before the held-out loss falls below the unigram entropy (from step 64 on)"
+    )
+    assert says(512, 64, True).startswith(", after ")
+    assert says(64, 64, True).startswith(", at the step ")
+    assert says(8, None, True) == "; the held-out loss never falls below the unigram entropy"
+    assert says(None, 64, True) == "" and says(8, 64, False) == ""
+
+
 def test_divergence_recorded_and_later_checkpoints_absent(tmp_path):
     corpus = _cycle_corpus(tmp_path / "cycle.txt")
     res = training.train_run(_run(corpus, "gpt2", steps=16, lr=1e20, clip=1e20), tmp_path / "ck")

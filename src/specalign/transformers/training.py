@@ -134,13 +134,26 @@ def corpus_identity(corpus: Mapping[str, Any]) -> dict[str, Any]:
     bytes, a NUL between two), their number and characters. It enters the training
     rule's parameters and ``run.nc``, so that a corpus that changes (the pydoc topics
     differ between Python versions: 458,917 characters in 3.10.13, 464,970 in 3.11.7)
-    retrains rather than mixing checkpoints of two texts."""
-    docs = load_corpus(corpus)
-    return {
-        "sha256": documents_sha256(docs),
-        "documents": len(docs),
-        "characters": sum(len(d) for d in docs),
-    }
+    retrains rather than mixing checkpoints of two texts. Computed once per process for
+    each corpus (a corpus file: each version of it): validation and every training job
+    of a ``snakemake`` call ask for it."""
+    kind, path = corpus.get("kind", "pydoc_topics"), corpus.get("path")
+    version = None
+    if kind == "file" and path and Path(str(path)).is_file():
+        st = Path(str(path)).stat()
+        version = (st.st_mtime_ns, st.st_size)
+    key = (kind, str(path), version)
+    if key not in _IDENTITIES:
+        docs = load_corpus(corpus)
+        _IDENTITIES[key] = {
+            "sha256": documents_sha256(docs),
+            "documents": len(docs),
+            "characters": sum(len(d) for d in docs),
+        }
+    return dict(_IDENTITIES[key])
+
+
+_IDENTITIES: dict[tuple, dict[str, Any]] = {}
 
 
 def vocabulary_limit(train_docs: Sequence[str], family: str, vocab_size: int) -> int | None:
@@ -611,7 +624,8 @@ def _train(run: Mapping[str, Any], out_dir: Path, log: Any, device: str = "cpu")
     named = corpus_documents(run["corpus"])
     docs = [text for _, text in named]
     held = heldout_indices([len(d) for d in docs], run["heldout_fraction"], run["split_seed"])
-    train_docs = [d for i, d in enumerate(docs) if i not in set(held)]
+    held_set = set(held)
+    train_docs = [d for i, d in enumerate(docs) if i not in held_set]
     held_docs = [docs[i] for i in held]
     tok = train_tokenizer(train_docs, fam, run["vocab_size"])
     vocab = tok.get_vocab_size()
