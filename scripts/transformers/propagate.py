@@ -65,7 +65,7 @@ def main(smk):
         eta=float(settings["eta"]),
         prompts_requested=asked,
         prompts_used=int(ids.shape[0]),
-        made_from=lineage.record(smk.input.manifest, manifest, settings=settings),
+        **lineage.result_attrs(smk.input.manifest, manifest, settings=settings),
     )
     write_netcdf(
         smk.output[0],

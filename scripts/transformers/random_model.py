@@ -19,9 +19,9 @@ def main(smk):
     out_dir = Path(smk.output[0]).parent / "random"
     path = sources.make_random_model(config, out_dir, seed=int(spec["seed"]))
     log.info("random model (%s) written to %s", what, path)
-    contracts.write_manifest(
-        smk.output[0], path, {"source": f"random:{what}", "revision": f"seed={spec['seed']}"}
-    )
+    # `like`: the name of the model it copies, for its description (lineage.describe)
+    info = {"source": f"random:{what}", "revision": f"seed={spec['seed']}", "like": spec["like"]}
+    contracts.write_manifest(smk.output[0], path, info)
 
 
 run_script(snakemake, main)  # noqa: F821

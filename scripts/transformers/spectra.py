@@ -22,8 +22,8 @@ def main(smk):
     log.info("Re lambda_1 per block: %s", ds["eigenvalues_real"].isel(eig=0).values.round(4))
     log.info("eigenpair residual / radius, max over blocks: %.2e",
              float(ds["eigenpair_residual"].max()))  # fmt: skip
-    ds.attrs["made_from"] = lineage.record(
-        smk.input.manifest, manifest, settings={"eta": float(smk.params.eta)}
+    ds.attrs.update(
+        lineage.result_attrs(smk.input.manifest, manifest, settings={"eta": float(smk.params.eta)})
     )
     write_netcdf(smk.output[0], ds)
 

@@ -45,7 +45,7 @@ def main(smk):
         model=smk.wildcards.model,
         prompts_requested=int(settings["prompts"]["n_prompts"]),
         prompts_used=int(ids.shape[0]),
-        made_from=lineage.record(smk.input.manifest, manifest, settings=settings),
+        **lineage.result_attrs(smk.input.manifest, manifest, settings=settings),
     )
     write_netcdf(
         smk.output[0],

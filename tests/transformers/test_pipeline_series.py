@@ -6,6 +6,7 @@ training and what depends on it)."""
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 import yaml
@@ -84,6 +85,18 @@ def test_training_nc_contract(series_run):
     assert caption.startswith("Series a: ") and "step" in caption
     report = (workdir / "results/reproduction.md").read_text()
     assert "(7) Over training" in report and "**a** (trained, albert)" in report
+    # each point described as what it is, from its manifest: in every result file and the
+    # per-layer table (which `specalign analyze` prints); the reproduction text names the
+    # points in section (7), by series, family and step
+    layers = pd.read_csv(workdir / "results/tables/transformers/layers.csv")
+    for name, run in series.items():
+        for step in (0, 4):
+            what = f"trained here: step {step} of the series {name} ({run['family']})"
+            model = f"{name}_step{step}"
+            for kind in ("spectra", "propagation", "steering"):
+                with xr.open_dataset(workdir / f"results/transformers/{model}/{kind}.nc") as ds:
+                    assert ds.attrs["weights"] == what, (model, kind)
+            assert set(layers.loc[layers["model"] == model, "weights"]) == {what}
 
 
 def test_the_report_describes_each_point_as_a_trained_checkpoint(repo, series_run, tmp_path):

@@ -14,6 +14,10 @@ settings that decide it:
   spectra.nc, the prompts, propagation and steering settings for the others), as
   canonical JSON.
 
+Every result file also says in words what its model is (root attribute ``weights``,
+:func:`describe`), from the same manifest: a trained checkpoint as its series, family and
+step, a random model as whose configuration it copies, a hub model by id and commit.
+
 Readers call :func:`check_model` against the manifest they read (or :func:`check_same`
 between the result files they combine) before any use; a mismatch is an
 ``InputFileError`` naming both files and the fix.
@@ -30,6 +34,8 @@ from typing import Any
 from specalign.io import InputFileError
 
 ATTR = "made_from"
+#: the root attribute that describes the model in words (:func:`describe`)
+DESCRIPTION_ATTR = "weights"
 
 
 def model_id(manifest: Mapping[str, Any]) -> str:
@@ -49,6 +55,49 @@ def record(manifest_path: str | Path, manifest: Mapping[str, Any], settings: Any
     if settings is not None:
         out["settings"] = json.dumps(settings, sort_keys=True, separators=(",", ":"))
     return json.dumps(out, sort_keys=True)
+
+
+def describe(manifest: Mapping[str, Any]) -> str:
+    """What a model is, in words, from its manifest (``resources/models/{model}/
+    manifest.json``): where its weights come from, and for a point of a checkpoint series
+    (``transformers.series``) which series, family and step. The one description that
+    the report, the reproduction text, the tables and ``specalign analyze`` show."""
+    source = str(manifest.get("source", ""))
+    revision = str(manifest.get("revision", ""))
+    kind, _, what = source.partition(":")
+    series, step = manifest.get("series"), manifest.get("step")
+    point = f"step {step} of the series {series}" if series else ""
+    family = str(manifest.get("family", ""))
+    if kind == "trained":
+        return f"trained here: {point}" + (f" ({family})" if family else "")
+    if kind == "hub":
+        text = f"hub {what} at commit {revision}" if revision else f"hub {what}"
+        return f"{text}, {point}" if point else text
+    if kind == "package":
+        return f"package {what} {revision}".rstrip()
+    if kind == "local":
+        return f"local folder {what}"
+    if kind == "random":
+        how, _, value = what.partition("=")
+        seed = f" ({revision.replace('=', ' ')})" if revision else ""
+        copied = {
+            "like": f"the configuration of {manifest.get('like') or value}",
+            "config_file": f"the configuration file {value}",
+            "config": f"a {value} configuration written in the config",
+        }.get(how, what)
+        return f"random weights with {copied}{seed}"
+    return source or "unknown"
+
+
+def result_attrs(
+    manifest_path: str | Path, manifest: Mapping[str, Any], settings: Any = None
+) -> dict[str, str]:
+    """The root attributes of a result made from the model of ``manifest``: its
+    ``made_from`` record (:func:`record`) and its description (:func:`describe`)."""
+    return {
+        ATTR: record(manifest_path, manifest, settings),
+        DESCRIPTION_ATTR: describe(manifest),
+    }
 
 
 def read_record(path: str | Path, attrs: Mapping[str, Any] | None = None) -> dict[str, Any]:

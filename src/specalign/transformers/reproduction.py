@@ -38,6 +38,7 @@ from specalign.transformers.claims import (
     claim6_rows,
     holds,
 )
+from specalign.transformers.lineage import DESCRIPTION_ATTR
 from specalign.transformers.paper import CLAIMS, PAPER_FAMILIES, PAPER_MODELS
 from specalign.transformers.tables import is_random_model
 
@@ -216,6 +217,19 @@ def _section6(prop_by_model: Mapping[str, xr.Dataset]) -> Part:
     return parts, differences
 
 
+def _descriptions(*groups: Mapping[str, xr.Dataset]) -> dict[str, str]:
+    """model -> what it is in words, as its result files record it from its manifest
+    (:func:`specalign.transformers.lineage.describe`); files made before results said
+    so give none."""
+    out: dict[str, str] = {}
+    for datasets in groups:
+        for m, ds in datasets.items():
+            text = str(ds.attrs.get(DESCRIPTION_ATTR, ""))
+            if text:
+                out.setdefault(m, text)
+    return out
+
+
 def _families(datasets: Mapping[str, xr.Dataset]) -> dict[str, str]:
     """model -> family (config.json model_type) recorded in its files."""
     return {m: str(ds.attrs.get("family", "unknown")) for m, ds in datasets.items()}
@@ -246,13 +260,18 @@ def _family_lines(families: Mapping[str, str]) -> list[str]:
 
 
 def _introduction(
-    models: set[str], like: Mapping[str, str], families: Mapping[str, str]
+    models: set[str],
+    like: Mapping[str, str],
+    families: Mapping[str, str],
+    described: Mapping[str, str],
 ) -> list[str]:
     twins = [f"{r} (like {m})" for r, m in sorted(like.items()) if r in models]
+    what = [f"- {m}: {described[m]}" for m in sorted(models) if m in described]
     return [
         "# Reproduction of Li & Altafini (arXiv:2605.25619): transformer layers as power-method "
         "steps",
         "",
+        *(["What each model is:", "", *what, ""] if what else []),
         f"Models: {_models_line(models)}. The random-weight twin of a model m is the random "
         "model whose `like:` names m (same architecture, random weights): its numbers are the "
         "chance level of every claim about m. Random models here: "
@@ -345,7 +364,8 @@ def reproduction_markdown(
     models = set(spectra_by_model) | set(prop_by_model) | set(steer_by_model)
     families = {**_families(steer_by_model), **_families(prop_by_model)}
     families.update(_families(spectra_by_model))
-    lines = _introduction(models, like, families)
+    described = _descriptions(spectra_by_model, prop_by_model, steer_by_model)
+    lines = _introduction(models, like, families, described)
     lines += _input_warnings(prop_by_model, steer_by_model)
     differences: list[str] = []
     for parts, diffs in (

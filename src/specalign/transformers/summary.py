@@ -27,6 +27,7 @@ import xarray as xr
 
 from specalign.transformers.claims import gap_summary, rate_summary, steer_verdict, tilt_summary
 from specalign.transformers.contracts import MODES
+from specalign.transformers.lineage import DESCRIPTION_ATTR
 from specalign.transformers.paper import CLAIMS
 from specalign.transformers.tables import (
     eigenvalue_table,
@@ -54,7 +55,7 @@ LAYER_MODES: tuple[str, ...] = tuple(m for m in MODES if not m.startswith("prolo
 _TILT_MODE = "simplified_real"
 _RATE_MODE = "prolonged_full"
 
-_KEYS = ["model", "family", "random", "twin", "layer", "block"]
+_KEYS = ["model", "family", "random", "twin", "weights", "layer", "block"]
 
 
 def _spectra_columns(spectra: xr.Dataset) -> pd.DataFrame:
@@ -103,6 +104,8 @@ def model_layer_table(
         df = df.merge(_propagation_columns(prop), on="layer", how="left")
     df.insert(0, "model", model)
     df.insert(1, "family", str(spectra.attrs.get("family", "")))
+    # a file written before results described their model has no description: ""
+    df.insert(2, "weights", str(spectra.attrs.get(DESCRIPTION_ATTR, "")))
     return df
 
 
@@ -113,6 +116,9 @@ _DESCRIPTIONS: dict[str, str] = {
     "family": "model family (config.json model_type)",
     "random": "whether the model has random weights (a random-weight twin)",
     "twin": "the model's random-weight twin (the random model whose like: names it), or empty",
+    "weights": "what the model is, from its manifest: hub id and commit, package, local "
+    "folder, random weights with whose configuration, or trained here with the series, "
+    "family and step of the checkpoint",
     "layer": "layer t, 1..L as the paper counts them",
     "block": "block (distinct set of weights, 0-based) that layer t uses",
     "lambda1_real": "Re lambda_1 of F_t = W_O W_V (eigenvalues sorted by real part)",
