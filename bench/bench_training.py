@@ -106,7 +106,14 @@ def analysis_seconds(run_dir: Path, run_cpu: float) -> dict[str, float]:
         with tsv.open() as f:
             train += sum(float(row["cpu_time"]) for row in csv.DictReader(f, delimiter="\t"))
     points = len(list((run_dir / "resources" / "models").glob("*_step*/manifest.json")))
-    return {"cpu_seconds": round(run_cpu - train, 1), "points": points}
+    # the machine that ran it (run this on that machine): the step times above and the
+    # analysis may come from different kinds, and the projection should say so
+    return {
+        "cpu_seconds": round(run_cpu - train, 1),
+        "points": points,
+        "cpu": cpu_name(),
+        "measured": time.strftime("%Y-%m-%d"),
+    }
 
 
 def main() -> int:

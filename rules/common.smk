@@ -389,6 +389,17 @@ def training_corpus_identity(series):
     return training.corpus_identity(config["transformers"]["series"][series]["corpus"])
 
 
+def training_priority(series):
+    """The order in which the training runs start, longest first (their points all wait
+    on them): above every other rule's priority (0), by the run's FLOPs
+    (specalign.transformers.training.step_flops). A long decoder started after two
+    shorter encoders on two cores leaves one idle for the difference."""
+    from specalign.transformers import training
+
+    run = training_settings(series)
+    return 10 + run["steps"] * training.step_flops(run, run["vocab_size"]) / 1e12
+
+
 def training_corpus_file(series):
     """The corpus file a training run reads (none for the standard library's topics)."""
     corpus = config["transformers"]["series"][series]["corpus"]

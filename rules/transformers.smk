@@ -73,9 +73,9 @@ checkpoint train_model:
     # a training setting (the weights depend on it), not the config's threads
     threads: lambda w: config["transformers"]["series"][w.series]["threads"]
     # the longest jobs of a series, with every point waiting on them: started before the
-    # short jobs ready beside them (the first runs' points), so that the last run does not
-    # start late and leave a core idle at the end (the default config's series: 42 s)
-    priority: 10
+    # short jobs ready beside them (the first runs' points), and the longest run first,
+    # so that the last run does not start late and leave a core idle at the end
+    priority: lambda w: training_priority(w.series)
     resources:
         **gpu_resources(),
     conda:
