@@ -13,9 +13,11 @@ import pytest
 import xarray as xr
 
 from specalign.compare import (
+    Tolerance,
     compare_arrays,
     compare_h5,
     compare_netcdf,
+    compare_text,
     compare_trees,
     main,
 )
@@ -234,3 +236,79 @@ def test_tables_are_compared_byte_for_byte(tmp_path, capsys):
     assert compare_trees(A, B) == ["tables/t.csv: line 2 differs: '1,0.5' vs '1,0.50000001'"]
     (B / "tables" / "t.md").write_text("| a |\n| --- |\n| 1 |\n| 2 |\n")
     assert compare_trees(A, B, patterns=("**/*.md",)) == ["tables/t.md: 3 vs 4 lines"]
+
+
+# --------------------------------------------------------------------------------------
+# Tolerances (issue 33: a faster exact method may change the last bits)
+# --------------------------------------------------------------------------------------
+
+
+def test_tolerance_accepts_last_bit_changes_and_refuses_larger_ones():
+    a = np.array([1.0, -2.5e-3, np.nan, np.inf, 0.0])
+    near = a * (1 + 3e-16)
+    near[4] = 1e-20
+    tol = Tolerance(rtol=1e-12, atol=1e-14)
+    assert compare_arrays(a, near, "x") != []  # bitwise, they differ
+    assert compare_arrays(a, near, "x", tol) == []
+    far = a.copy()
+    far[1] *= 1 + 1e-9
+    (line,) = compare_arrays(a, far, "x", tol)
+    assert "1 of 5 element(s) differ; first at index (1,)" in line
+    assert "relative 1e-09" in line  # how far, not only whether
+    # an infinity is equal only to itself, a NaN to a NaN, never to a number
+    for other in (np.array([1.0, -2.5e-3, 0.0, np.inf, 0.0]), a * [1, 1, 1, -1, 1]):
+        assert compare_arrays(a, other, "x", tol) != []
+    # integers stay exact: a tolerance is about round-off
+    assert compare_arrays(np.array([3]), np.array([4]), "n", Tolerance(rtol=1.0)) != []
+
+
+def test_float32_data_has_its_own_tolerance():
+    a = np.array([1.0, 3.0], dtype=np.float32)
+    b = np.nextafter(a, np.float32(np.inf)) * np.float32(1.0)
+    b = np.nextafter(b, np.float32(np.inf))  # two float32 ulps: ~2.4e-7 relative
+    assert compare_arrays(a, b, "s", Tolerance(rtol=1e-12)) != []
+    assert compare_arrays(a, b, "s", Tolerance(rtol=1e-12, rtol_float32=1e-6)) == []
+    assert Tolerance(rtol=1e-12).pair(np.dtype(np.float32)) == (1e-12, 0.0)
+    with pytest.raises(ValueError, match="rtol must be a finite number"):
+        Tolerance(rtol=float("nan"))
+
+
+def test_tolerance_reaches_attributes_and_netcdf_values(tmp_path):
+    g = np.array([[0.25, np.nan], [np.nan, 1.0 / 3.0]])
+    a = _nc(tmp_path / "a.nc", attrs={"radius": 2.0})
+    b = _nc(tmp_path / "b.nc", attrs={"radius": 2.0 * (1 + 1e-15)}, G_Q=g * (1 + 1e-15))
+    assert len(compare_netcdf(a, b)) == 2
+    assert compare_netcdf(a, b, tol=Tolerance(rtol=1e-12)) == []
+    h = _h5(tmp_path / "a.h5")
+    w = np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7.0
+    k = _h5(tmp_path / "b.h5", **{"weights/W0": w * (1 + 2e-16)})
+    assert compare_h5(h, k) != [] and compare_h5(h, k, tol=Tolerance(rtol=1e-12)) == []
+
+
+def test_tables_compare_numbers_within_tolerance_or_their_last_digit(tmp_path):
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("layer,gamma,rho,name\n1,0.123456789012,0.25,albert\n2,nan,1e-3,bert\n")
+    b.write_text("layer,gamma,rho,name\n1,0.123456789013,0.25,albert\n2,nan,1.1e-3,bert\n")
+    tol = Tolerance(rtol=1e-10)
+    assert compare_text(a, b) == [
+        "line 2 differs: '1,0.123456789012,0.25,albert' vs '1,0.123456789013,0.25,albert'"
+    ]
+    # 1e-3 against 1.1e-3: 1e-4 apart, one unit of the last digit of "1.1e-3"
+    assert compare_text(a, b, tol) == []
+    b.write_text("layer,gamma,rho,name\n1,0.123456789013,0.25,albert\n2,nan,1.3e-3,bert\n")
+    assert compare_text(a, b, tol) == ["line 3 differs: '2,nan,1e-3,bert' vs '2,nan,1.3e-3,bert'"]
+    b.write_text("layer,gamma,rho,name\n1,0.123456789013,0.25,albertx\n2,nan,1e-3,bert\n")
+    assert compare_text(a, b, tol) != []  # the text between the numbers is exact
+    b.write_text("layer,gamma,rho,name\n1,0.123456789012,0.25,albert\n")
+    assert compare_text(a, b, tol) == ["3 vs 2 lines"]
+
+
+def test_command_line_tolerances(tmp_path, capsys):
+    a = _nc(tmp_path / "a.nc")
+    g = np.array([[0.25, np.nan], [np.nan, 1.0 / 3.0]])
+    b = _nc(tmp_path / "b.nc", G_Q=g * (1 + 1e-15))
+    assert main([str(a), str(b)]) == 1
+    assert main([str(a), str(b), "--rtol", "1e-12", "--rtol-float32", "1e-6"]) == 0
+    assert "equal within rtol 1e-12, atol 0; float32 rtol 1e-06" in capsys.readouterr().err
+    assert main([str(a), str(b), "--rtol", "-1"]) == 2
+    assert "rtol must be a finite number >= 0" in capsys.readouterr().err
