@@ -37,9 +37,9 @@ data (the real-model states are float32; their round-off is about 6e-8 of a valu
 Infinities must match exactly, integers, strings and booleans bitwise. In a table or
 text file each line is split into numbers and the text between them: the text must be
 equal, and each number equal within the tolerance or, since a table prints a rounded
-value, within one unit of its last printed digit (the finer of the two). A difference line then also gives the
-largest absolute and relative difference, so a tolerant comparison says how far apart
-the runs are, not only whether.
+value, within one unit of its last printed digit (the finer of the two). A difference
+line then also gives the largest absolute and relative difference, so a tolerant
+comparison says how far apart the runs are, not only whether.
 
 Volatile attributes
 -------------------

@@ -92,10 +92,10 @@ def test_propagation_with_stored_directions_and_one_pass_is_the_direct_result(na
 def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
     """The rule's pass (each state reduced as it is computed) against the states of
     every mode computed first and measured together, and its alignment metrics against
-    ``metrics.alignment`` of each whole run (whole-array operations)."""
+    ``metrics.alignment`` of each whole run (a product per layer)."""
     mw = MODELS[name]()
     hidden = np.random.default_rng(5).standard_normal((mw.n_layers + 1, 3, 4, D))
-    # 9 draws: numpy sums 8 or more single values pairwise, a whole run's layers not
+    # 9 draws: more than the 8 below which numpy sums a mean one value after the other
     cfg = {"prolonged_layers": mw.n_layers + 4, "corr": corr, "null_draws": 9}
     run = prop.propagation_run(mw, hidden.astype(np.float32), ETA, cfg, seed=2)
     states = prop.propagation_states(mw, hidden.astype(np.float32), ETA, cfg)
@@ -110,7 +110,14 @@ def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
     for mode, S in states.items():
         whole = metrics.alignment(S, v1[: S.shape[0] - 1], corr)
         got = run.dataset.sel(mode=mode).isel(layer=slice(0, S.shape[0] - 1))
+        # the stream's one product for all directions and the run's product per layer
+        # sum in other orders: equal to round-off, and rho (a count above round-off)
+        # exactly
         for k in ("gamma", "psi", "rho", "gamma_mean", "psi_mean", "rho_mean"):
+            np.testing.assert_allclose(
+                got[k].values, whole[k], rtol=1e-12, atol=1e-15, err_msg=f"{mode} {k}"
+            )
+        for k in ("rho", "rho_mean"):
             np.testing.assert_array_equal(got[k].values, whole[k], err_msg=f"{mode} {k}")
         # the random-direction nulls: the mean over the draws of each whole run's values
         rng = np.random.default_rng(2)
@@ -118,7 +125,9 @@ def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
         draws = [metrics.alignment(S, r[: S.shape[0] - 1], corr) for r in rand]
         for k in ("gamma", "rho", "rho_mean", "psi_mean"):
             want = np.mean([dr[k] for dr in draws], axis=0)
-            np.testing.assert_array_equal(got[f"{k}_null"].values, want, err_msg=f"{mode} {k}")
+            np.testing.assert_allclose(
+                got[f"{k}_null"].values, want, rtol=1e-12, atol=1e-15, err_msg=f"{mode} {k}"
+            )
 
 
 def test_streamed_propagation_never_holds_a_run():
@@ -282,3 +291,56 @@ def test_one_gemm_over_the_token_rows_is_the_stacked_product(threads):
                 np.testing.assert_array_equal(got, stacked)
             if same_bits and openblas and threads == 1:
                 np.testing.assert_array_equal(got, stacked)
+
+
+@pytest.mark.parametrize("corr", ["cosine", "pearson"])
+@pytest.mark.parametrize("name", MODELS)
+def test_metrics_as_products_equal_the_previous_reductions(name, corr):
+    """Issue 33: the per-state metrics as matrix products against the previous method
+    (a reduction per direction, tests/transformers/einsum_metrics.py), every variable,
+    every mode: float64 values to 1e-12 relative; rho equal to the previous method's
+    count of the rises above round-off, and to its own count where no psi is that
+    close to 0."""
+    from einsum_metrics import layer_metrics
+
+    mw = MODELS[name]()
+    hidden = np.random.default_rng(11).standard_normal((mw.n_layers + 1, 3, 4, D))
+    cfg = {"prolonged_layers": mw.n_layers + 4, "corr": corr, "null_draws": 5}
+    states = prop.propagation_states(mw, hidden, ETA, cfg)
+    ds = prop.propagation_dataset(mw, states, cfg, seed=4)
+    tol = metrics.psi_round_off(D)
+    n_checked = 0
+    for mode, S in states.items():
+        T = S.shape[0] - 1
+        ref = layer_metrics(mw, S, cfg["prolonged_layers"], corr, 5, seed=4)
+        got = ds.sel(mode=mode).isel(layer=slice(0, T))
+        for k, want in ref.items():
+            want = np.asarray(want)
+            if k.startswith("rho"):
+                continue
+            np.testing.assert_allclose(got[k].values, want, rtol=1e-12, atol=1e-15, err_msg=k)
+            n_checked += 1
+        psi = np.asarray(ref["psi"])
+        np.testing.assert_array_equal(got["rho"].values, (psi > tol).mean(axis=1))
+        # where no psi is within round-off of 0, the previous rho itself
+        clear = (np.abs(psi) > tol).all(axis=1)
+        np.testing.assert_array_equal(got["rho"].values[clear], np.asarray(ref["rho"])[clear])
+    assert n_checked == len(states) * (len(ref) - 6)  # all but the six rho counts
+
+
+def test_rho_does_not_count_round_off_as_a_rise():
+    """A layer that only rescales its tokens leaves every angle where it was: psi is 0
+    in exact arithmetic and rho must be 0, whatever order a kernel sums in. Computed,
+    psi is a few eps either side of 0 (checked here, so the test can fail), and the
+    previous rho (psi > 0) counted about half of them."""
+    rng = np.random.default_rng(0)
+    d, P, N = 64, 4, 16
+    X = rng.standard_normal((P, N, d))
+    S = np.stack([X * s for s in (1.0, 3.0, 7.0 / 3.0, 1e3 / 7.0)])
+    dirs = linalg.unit(rng.standard_normal((3, d)))
+    for corr in ("cosine", "pearson"):
+        got = metrics.alignment(S, dirs, corr)
+        assert (got["psi"] != 0).any() and (got["psi"] > 0).any()
+        assert np.abs(got["psi"]).max() <= metrics.psi_round_off(d)
+        np.testing.assert_array_equal(got["rho"], 0.0)
+        np.testing.assert_array_equal(got["rho_mean"], 0.0)

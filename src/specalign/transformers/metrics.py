@@ -5,7 +5,8 @@ Altafini, arXiv:2605.25619, Section 3, Figures 2, 4, 5):
   v1_t of F_t (:mod:`specalign.transformers.directions`);
 * ``psi_t = |corr(x_i^t, v1_t)| - |corr(x_i^{t-1}, v1_t)|``: the tilt layer t produces
   towards its own v1_t;
-* ``rho_t``: the fraction of tokens with ``psi_t > 0``;
+* ``rho_t``: the fraction of tokens with ``psi_t > 0``, a rise larger than round-off
+  (:func:`psi_round_off`: ``d * eps``);
 * the same for the mean token of each prompt (``*_mean``), ``|corr(x_i, v2_t)|``,
   ``|corr(x_i, x_i_proj)|`` and the mean inter-token distance (Figure 4);
 * null levels: the same metrics against random unit directions (several seeded draws,
@@ -37,7 +38,9 @@ __all__ = [
     "Corr",
     "alignment",
     "correlation",
+    "correlations",
     "propagation_metrics",
+    "psi_round_off",
     "token_distance",
 ]
 
@@ -50,6 +53,15 @@ def correlation(X: np.ndarray, v: np.ndarray, corr: Corr = "cosine") -> np.ndarr
     """
     Xc = _centred(X, corr)
     return _correlation(Xc, np.linalg.norm(Xc, axis=-1), _centred(v, corr))
+
+
+def correlations(X: np.ndarray, V: np.ndarray, corr: Corr = "cosine") -> np.ndarray:
+    """Signed correlation of each row of X (..., d) with each of the directions V (k, d),
+    (k, ...): :func:`correlation` for many directions, as one matrix product."""
+    V = np.atleast_2d(V)
+    rows, dirs = _unit_rows(X, corr), _unit_rows(V, corr)
+    d = rows.shape[-1]
+    return (rows.reshape(-1, d) @ dirs.T).T.reshape(dirs.shape[0], *rows.shape[:-1])
 
 
 def _centred(X: np.ndarray, corr: Corr) -> np.ndarray:
@@ -112,30 +124,45 @@ def _unit_rows(X: np.ndarray, corr: Corr) -> np.ndarray:
     return out
 
 
-def _align(
-    Su: tuple[np.ndarray, np.ndarray], Mu: tuple[np.ndarray, np.ndarray], dirs: np.ndarray
-) -> dict[str, np.ndarray]:
-    """gamma, psi, rho and their mean-token versions against per-layer directions.
+def psi_round_off(d: int) -> float:
+    """The largest ``|psi_t|`` that round-off alone can make, for width ``d``.
 
-    ``Su`` is the pair (inputs, outputs) of the T layers' states, (T, P, N, d) each, and
-    ``Mu`` the pair for the prompts' mean tokens, (T, P, d) each; ``dirs`` (T, d) are the
-    directions; all already passed through :func:`_unit_rows`: the norms are computed
-    once per mode rather than once for every one of the many null directions, which
-    dominated the cost for large models. A whole run passes two views of its states; the
-    stream its two latest states, without copying them into one array.
-    """
-    T = Su[1].shape[0]
-    after = np.abs(np.einsum("tpnd,td->tpn", Su[1], dirs))  # (T, P, N)
-    before = np.abs(np.einsum("tpnd,td->tpn", Su[0], dirs))
-    m_after = np.abs(np.einsum("tpd,td->tp", Mu[1], dirs))
-    m_before = np.abs(np.einsum("tpd,td->tp", Mu[0], dirs))
+    gamma is a dot product of two unit vectors in float64, whose computed value is
+    within about ``d * u`` of the exact one (u = eps/2, the unit round-off; Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 2nd ed., Section 3.1), and psi the
+    difference of two of them: ``|psi| <= d * eps`` can come from the summation order
+    alone. A token a layer leaves where it was (psi = 0 exactly) otherwise counts as a
+    rise or not by the order in which a BLAS kernel happened to add (issue 33)."""
+    return float(d) * float(np.finfo(np.float64).eps)
+
+
+def _dots(rows: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+    """``|<row, dir>|`` of every row (..., d) with every direction (k, d): (k, ...).
+
+    One matrix product for all directions (the paper's v1, v_neg, the null draws):
+    BLAS runs it at its GEMM rate, where a reduction per direction ran 20-45x below it
+    (bench/bench_metrics.py)."""
+    d = rows.shape[-1]
+    prod = np.asarray(rows).reshape(-1, d) @ np.asarray(dirs).T
+    return np.abs(prod.T).reshape(dirs.shape[0], *rows.shape[:-1])
+
+
+def _from_dots(
+    after: np.ndarray, before: np.ndarray, m_after: np.ndarray, m_before: np.ndarray, d: int
+) -> dict[str, np.ndarray]:
+    """gamma, psi, rho and their mean-token versions from the absolute correlations of
+    the tokens (L, P, N) and of the prompts' mean tokens (L, P) after and before a
+    layer, for L directions (or layers): the one definition of these metrics, for the
+    stream and for whole runs. rho counts a rise only above :func:`psi_round_off`."""
+    L = after.shape[0]
     psi, psi_m = after - before, m_after - m_before
+    tol = psi_round_off(d)
     with np.errstate(invalid="ignore"):
-        rho = np.where(np.isnan(psi).all(axis=(1, 2)), np.nan, (psi > 0).mean(axis=(1, 2)))
-        rho_m = np.where(np.isnan(psi_m).all(axis=1), np.nan, (psi_m > 0).mean(axis=1))
+        rho = np.where(np.isnan(psi).all(axis=(1, 2)), np.nan, (psi > tol).mean(axis=(1, 2)))
+        rho_m = np.where(np.isnan(psi_m).all(axis=1), np.nan, (psi_m > tol).mean(axis=1))
     return {
-        "gamma": after.reshape(T, -1),
-        "psi": psi.reshape(T, -1),
+        "gamma": after.reshape(L, -1),
+        "psi": psi.reshape(L, -1),
         "rho": rho,
         "gamma_mean": m_after,
         "psi_mean": psi_m,
@@ -149,7 +176,14 @@ def alignment(S: np.ndarray, dirs: np.ndarray, corr: Corr = "cosine") -> dict[st
     :func:`propagation_metrics` for one run, without the nulls (see the module doc)."""
     S = np.asarray(S, dtype=np.float64)
     Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
-    return _align((Su[:-1], Su[1:]), (Mu[:-1], Mu[1:]), _unit_rows(dirs, corr))
+    D = _unit_rows(dirs, corr)
+    T = D.shape[0]
+    # layer t against its own direction: a product per layer (state t against v1_t)
+    dots = [
+        [_dots(X[t + shift], D[t : t + 1])[0] for t in range(T)]
+        for X, shift in ((Su, 1), (Su, 0), (Mu, 1), (Mu, 0))
+    ]
+    return _from_dots(*(np.stack(x) for x in dots), S.shape[-1])
 
 
 def propagation_metrics(
@@ -226,22 +260,6 @@ def propagation_metrics(
     return stream.dataset(corr)
 
 
-def _mean_over_draws(values: Sequence[np.ndarray], whole_run_layers: int) -> np.ndarray:
-    """The mean of one layer's values over the null draws, summed in the order numpy
-    sums them for a whole run: ``np.mean`` over the draws of (draws, T, ...) adds the
-    draws one after the other where a draw holds more than one value (T > 1 layers),
-    but pairwise (8 partial sums) along a contiguous axis of single values. A layer's
-    per-layer scalars (rho_null) are such single values, the run's (T > 1) were not: the
-    sum here follows the run's order, so the streamed values are the whole run's, bit
-    for bit, for any number of draws."""
-    if whole_run_layers == 1:
-        return np.mean(values, axis=0)
-    total = np.array(values[0], dtype=np.float64)
-    for v in values[1:]:
-        total += v
-    return total / len(values)
-
-
 class MetricsStream:
     """The metrics of :func:`propagation_metrics`, computed as the states arrive.
 
@@ -250,9 +268,10 @@ class MetricsStream:
     so a mode's states are added one at a time, ``add(mode, X)`` with X (n_prompts,
     n_tokens, d) for state 0, 1, ..., T_mode in order, and only the previous state's
     unit rows are kept. A run of T + 1 states is never held: at Llama-3-70B's width a
-    48-layer run of 1000 tokens is 3.2 GB in float64, per mode (issue 14). Each layer is
-    computed by the same operations, on the same rows, as a whole run would be, so the
-    values are those of the run (bit for bit).
+    48-layer run of 1000 tokens is 3.2 GB in float64, per mode (issue 14). A layer's
+    directions (v1, v_neg, v2 and the null draws) meet its states in one matrix product
+    per state, and the values are those of :func:`alignment` of the whole run to
+    round-off (tested to 1e-12 relative).
 
     ``modes`` maps each mode to its number of layers T_mode, in the dataset's order;
     ``corrs`` are the correlations computed in the one pass (the propagate rule writes
@@ -339,10 +358,7 @@ class MetricsStream:
             Su, Mu = _unit_rows(S[None], corr)[0], _unit_rows(S[None].mean(axis=2), corr)[0]
             rows = {"token_distance": distance}
             if t > 0:
-                layers = min(self.modes[m] for m in modes)
-                rows.update(
-                    self._layer(self._prev[(corr, modes[0])], (Su, Mu), S, t - 1, corr, layers)
-                )
+                rows.update(self._layer(self._prev[(corr, modes[0])], (Su, Mu), S, t - 1, corr))
             for mi, m in zip(index, modes, strict=True):
                 out["token_distance"][mi, t] = distance
                 for k, val in rows.items():
@@ -373,28 +389,32 @@ class MetricsStream:
         S: np.ndarray,
         i: int,
         corr: Corr,
-        whole_run_layers: int,
     ) -> dict[str, np.ndarray]:
         """The values of layer i + 1 (index i), from the unit rows of its input and
-        output states and the output state S (``whole_run_layers``: see
-        :func:`_mean_over_draws`)."""
-        Su = (before[0][None], after[0][None])
-        Mu = (before[1][None], after[1][None])
-        sl = slice(i, i + 1)
-        vals = _align(Su, Mu, _unit_rows(self.dirs["v1"][sl], corr))
-        for k, val in _align(Su, Mu, _unit_rows(self.dirs["v_neg"][sl], corr)).items():
-            vals[k + "_neg_null"] = val
-        draws = [_align(Su, Mu, _unit_rows(self.rand[r, sl], corr)) for r in range(len(self.rand))]
-        for k in _ALIGN_DIMS:
-            vals[k + "_null"] = _mean_over_draws([dr[k] for dr in draws], whole_run_layers)
-        rows = {k: val[0] for k, val in vals.items()}
-        Sc = _centred(S, corr)
-        S_norm = np.linalg.norm(Sc, axis=-1)
-        v2 = _centred(self.dirs["v2"][i], corr)
-        rows["gamma_v2"] = np.abs(_correlation(Sc, S_norm, v2)).reshape(-1)
-        coef = np.einsum("dk,pnd->pnk", self.bases[i], S)
-        proj_x = np.einsum("dk,pnk->pnd", self.bases[i], coef)
-        rows["corr_proj"] = np.abs(_correlation(Sc, S_norm, _centred(proj_x, corr))).reshape(-1)
+        output states (tokens, mean tokens) and the output state S."""
+        d = self.mw.d_model
+        # the directions in one (R + 3, d) array: v1, v_neg, the R draws, then v2, which
+        # only the output is measured against (gamma_v2)
+        D = _unit_rows(
+            np.vstack(
+                [self.dirs["v1"][i], self.dirs["v_neg"][i], self.rand[:, i], self.dirs["v2"][i]]
+            ),
+            corr,
+        )
+        a_tok, a_mean = _dots(after[0], D), _dots(after[1], D)
+        b_tok, b_mean = _dots(before[0], D[:-1]), _dots(before[1], D[:-1])
+        vals = _from_dots(a_tok[:-1], b_tok, a_mean[:-1], b_mean, d)
+        rows = {k: v[0] for k, v in vals.items()}
+        rows.update({k + "_neg_null": v[1] for k, v in vals.items()})
+        # the random-direction nulls: each metric's mean over the draws
+        rows.update({k + "_null": v[2:].mean(axis=0) for k, v in vals.items()})
+        rows["gamma_v2"] = a_tok[-1].reshape(-1)
+        # the projection onto the principal subspace, as two products; then each token's
+        # correlation with its own projection
+        flat = S.reshape(-1, d)
+        proj = (flat @ self.bases[i]) @ self.bases[i].T
+        Pu = _unit_rows(proj, corr)
+        rows["corr_proj"] = np.abs(np.einsum("md,md->m", after[0].reshape(-1, d), Pu))
         return rows
 
     def dataset(self, corr: Corr) -> xr.Dataset:
@@ -439,7 +459,8 @@ class MetricsStream:
                 "description": (
                     "Li & Altafini (arXiv:2605.25619) alignment metrics: "
                     "gamma=|corr(x_t, v1_t)|, psi=|corr(x_t, v1_t)|-|corr(x_{t-1}, v1_t)|, "
-                    "rho=P(psi>0); *_mean for the mean token of each prompt; *_null "
+                    "rho=P(psi>d*eps), a rise above round-off; *_mean for the mean token "
+                    "of each prompt; *_null "
                     "against random unit directions, *_neg_null against the eigenvector "
                     "of the most negative eigenvalue."
                 ),

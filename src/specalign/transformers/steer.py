@@ -900,11 +900,11 @@ class _SteeringArrays:
         steered model's per-layer gamma and rho: the unchanged model's for every layer
         but the last (``base_layers``), the steered last layer's (``last_layer``)."""
         for v, X in enumerate((base_final, final)):
-            self.g_u[i, j, v] = np.abs(metrics.correlation(X, u)).reshape(-1)
+            # u and the null draws in one product
+            g = np.abs(metrics.correlations(X, np.vstack([u, R])))
+            self.g_u[i, j, v] = g[0].reshape(-1)
             self.g_um[i, j, v] = np.abs(metrics.correlation(X.mean(axis=1), u))
-            self.g_null[i, j, v] = np.mean(
-                [np.abs(metrics.correlation(X, r)).reshape(-1) for r in R], axis=0
-            )
+            self.g_null[i, j, v] = g[1:].reshape(len(R), -1).mean(axis=0)
         self.g_layers[i, j, :-1] = base_layers["gamma"][:-1]
         self.g_layers[i, j, -1] = last_layer["gamma"][0]
         self.r_layers[i, j, :-1] = base_layers["rho"][:-1]

@@ -140,7 +140,7 @@ def describe_column(name: str) -> str:
         if name == f"rho_minus_null_{mode}":
             return (
                 f"rho_t minus its random-direction null, mode {mode} (rho_t: fraction of "
-                "tokens with psi_t > 0, tilted towards v1_t by layer t; claim 1)"
+                "tokens with psi_t > d*eps, tilted towards v1_t by layer t; claim 1)"
             )
         if name == f"gamma_{mode}":
             return f"token-mean gamma_t = |corr(x, v1_t)| after layer t, mode {mode}"

@@ -131,7 +131,7 @@ SPECTRA: dict[str, str] = {
 _ALIGN: dict[str, str] = {
     "gamma": "gamma_t = |corr(x_t, v_t)| of each token after layer t",
     "psi": "psi_t = |corr(x_t, v_t)| - |corr(x_{t-1}, v_t)|: the tilt layer t gives",
-    "rho": "rho_t = fraction of tokens with psi_t > 0",
+    "rho": "rho_t = fraction of tokens with psi_t > d*eps (a rise above round-off)",
     "gamma_mean": "gamma_t of the mean token of each prompt",
     "psi_mean": "psi_t of the mean token of each prompt",
     "rho_mean": "rho_t over the mean tokens of the prompts",
@@ -185,7 +185,7 @@ STEERING: dict[str, str] = {
         "gamma_t = |corr(x_t, v1_t)| per token of the steered model; layers before the last "
         "are the unchanged model's"
     ),
-    "rho_layers": "rho_t = fraction of tokens with psi_t > 0, steered model",
+    "rho_layers": "rho_t = fraction of tokens with psi_t > d*eps, steered model",
     "relative_change": "||W_O' - W_O||_F / ||W_O||_F",
     "residual": "||F' u - c r u|| / |c r|: 0 when u is an exact eigenvector of the new F'",
     "target_eigenvalue": "c r, the eigenvalue u was given",
