@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from specalign.io import InputFileError, read_netcdf, write_netcdf
-from specalign.transformers import families
+from specalign.transformers import families, spectra
 from specalign.transformers.contracts import read_weights_h5, write_weights_h5
 from specalign.transformers.extract import extract, extract_to_h5
 from specalign.transformers.families import FAMILIES, UnknownFamilyError
@@ -390,6 +390,103 @@ def test_spectrum_with_complex_leading_pair() -> None:
     np.testing.assert_allclose(lam, s["eigenvalues"], atol=1e-12)
     fast = spectrum(F, eta=0.1, vectors=False)
     assert "v1" not in fast and fast["gap"] == pytest.approx(1.0)
+
+
+def _geev_spectrum(F: np.ndarray, eta: float) -> dict[str, Any]:
+    """:func:`spectrum` as it was computed before issue 33: every eigenvector by a full
+    ``geev``, the same summaries and normalisations on them."""
+    lam, vecs = spectra.sorted_eig(F)
+    out = spectra._summary(lam, eta)
+    out.update(spectra._vector_summary(lam, lambda i: vecs[:, i], F.shape[0], lambda v: F @ v))
+    return out
+
+
+def _test_matrices() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    d = 48
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    repeated = Q @ np.diag(np.repeat([3.0, 1.0, -2.0, 0.5], d // 4)) @ Q.T
+    jordan = np.diag(np.full(d, 2.0)) + np.diag(np.ones(d - 1), 1)  # defective
+    singular = rng.standard_normal((d, 6)) @ rng.standard_normal((6, d))  # rank 6
+    return {
+        "random": rng.standard_normal((d, d)) / np.sqrt(d),
+        "symmetric": (lambda A: A + A.T)(rng.standard_normal((d, d))),
+        "repeated": repeated,
+        "defective": jordan,
+        "singular": singular,
+        "zero": np.zeros((5, 5)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_test_matrices()))
+def test_eigenvectors_by_inverse_iteration_equal_a_full_geev(name: str) -> None:
+    """Issue 33: the eigenvalues from geev without vectors and the eigenvectors the outputs
+    read by inverse iteration, against a full geev of the same matrix: eigenvalues to
+    1e-12 of the spectral radius, every stored eigenpair's residual under 1e-10 (the
+    spectra rule's check) and, where an eigenvector is determined (a simple eigenvalue),
+    the same unit vector to 1e-10 (its sensitivity is eps over the eigenvalue's gap)."""
+    F = _test_matrices()[name]
+    new, old = spectrum(F, eta=0.2), _geev_spectrum(F, eta=0.2)
+    radius = max(old["spectral_radius"], 1e-300)
+    np.testing.assert_allclose(new["eigenvalues"], old["eigenvalues"], rtol=0, atol=1e-12 * radius)
+    for key in ("gap", "spectral_radius", "eta_bound"):
+        np.testing.assert_allclose(new[key], old[key], rtol=1e-12, atol=1e-12 * radius, err_msg=key)
+    if name != "zero":
+        assert new["eigenpair_residual"] < 1e-10, new["eigenpair_residual"]
+    lam = old["eigenvalues"]
+    spacing = np.array([np.sort(np.abs(lam - x))[1] if lam.size > 1 else np.inf for x in lam])
+    simple = spacing > 1e-6 * radius
+    for key, index in (("v1", 0), ("v2", 1)):
+        if simple[index] and name != "defective":
+            np.testing.assert_allclose(new[key], old[key], atol=1e-10, err_msg=key)
+    for key in ("v1", "v2", "v_neg"):
+        value = new["directions"][f"lambda_{'neg' if key == 'v_neg' else key}"]
+        v = new["directions"][key]
+        if np.isfinite(value):  # a real eigenpair, checked on its own
+            assert np.linalg.norm(F @ v - value * v) <= 1e-10 * radius, key
+
+
+def test_inverse_iteration_gives_a_repeated_eigenvalue_independent_vectors() -> None:
+    """A double eigenvalue leading the spectrum: v1 and v2 are two eigenvectors of it that
+    span its plane (top2_basis has rank 2), as a full geev gives them."""
+    F = _test_matrices()["repeated"]
+    s = spectrum(F, eta=0.1)
+    basis = s["directions"]["top2_basis"]
+    assert np.linalg.matrix_rank(basis[:, :2], tol=1e-8) == 2
+    np.testing.assert_allclose(F @ basis[:, :2], 3.0 * basis[:, :2], atol=1e-10)
+
+
+def test_top2_basis_does_not_depend_on_the_eigenvectors_signs_or_phases() -> None:
+    """The basis follows a convention (each column's largest-|component| entry positive),
+    not the SVD's arbitrary signs, which change with the last bits of its input: the
+    same basis from eigenvectors given any phase."""
+    rng = np.random.default_rng(3)
+    J = np.diag(rng.uniform(-1.0, 1.0, 30))
+    J[0, 0] = 5.0  # a real lambda_1, then the pair 4 +- 2i: a 3-D basis
+    J[1:3, 1:3] = [[4.0, -2.0], [2.0, 4.0]]
+    # not normal: a normal F's pair has Re v and Im v of equal norm, and its plane no
+    # preferred basis
+    S = np.eye(30) + 0.3 * rng.standard_normal((30, 30))
+    lam, vecs = spectra.sorted_eig(S @ J @ np.linalg.inv(S))
+    want = spectra.directions(lam, vecs)["top2_basis"]
+    assert lam[0].imag == 0 and lam[1].imag != 0
+    rows = np.random.default_rng(4)
+    for _ in range(4):
+        # a sign for a real eigenvector, any phase for a complex one
+        theta = np.where(
+            lam.imag == 0, np.pi * rows.integers(0, 2, lam.size), rows.uniform(0, 6, lam.size)
+        )
+        got = spectra.directions(lam, vecs * np.exp(1j * theta))["top2_basis"]
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    lam2 = lam[1:]  # a complex pair leading: the plane of the pair
+    want2 = spectra.directions(lam2, vecs[:, 1:])["top2_basis"]
+    for t in (0.3, 2.0, np.pi):
+        got = spectra.directions(lam2, vecs[:, 1:] * np.exp(1j * t))["top2_basis"]
+        np.testing.assert_allclose(got, want2, atol=1e-12)
+    for k in range(want.shape[1]):
+        col = want[:, k]
+        if np.any(col):
+            assert col[np.argmax(np.abs(col))] > 0
 
 
 def test_spectra_dataset_layout_and_netcdf_round_trip(tiny: dict, tmp_path: Path) -> None:

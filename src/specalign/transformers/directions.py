@@ -40,7 +40,8 @@ def principal_directions(F: np.ndarray) -> dict[str, Any]:
     (d, 3). The spectra rule stores the same for every block in ``spectra.nc``; pass them
     to :func:`layer_directions` instead of decomposing again.
     """
-    out = spectra.directions(*spectra.sorted_eig(F))
+    lam, column = spectra.sorted_eigenpairs(F)
+    out = spectra.directions(lam, column, np.shape(F)[0])
     if np.isnan(out["lambda_v1"]):
         warnings.warn("F has no real eigenvalue: v1/v2/v_neg are NaN", stacklevel=2)
     return out

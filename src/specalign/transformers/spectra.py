@@ -9,9 +9,10 @@ I + eta F repairs that only for eta below the paper's bound (Theorem 3):
 eta < 2 / |lambda_1 + lambda_d| when -lambda_d > lambda_1, lambda_d being the
 eigenvalue with the most negative real part.
 
-Conventions (all computed in float64 with LAPACK ``geev`` via numpy, or with
-``torch.linalg.eig`` in float64 on a CUDA device when the job was granted a GPU: d = 4096
-models such as Mistral 7B take tens of minutes per model on two CPU cores):
+Conventions (all computed in float64: on the CPU the eigenvalues by LAPACK ``geev``
+without vectors (numpy's ``eigvals``) and only the eigenvectors the outputs use by inverse
+iteration at those eigenvalues (:func:`sorted_eigenpairs`); on a CUDA device, when the job
+was granted a GPU, ``torch.linalg.eig`` in float64):
 
 * Eigenvalues are sorted by real part descending, ties (a conjugate pair) by imaginary
   part descending, so lambda_1 of a complex pair has positive imaginary part.
@@ -54,6 +55,7 @@ models such as Mistral 7B take tens of minutes per model on two CPU cores):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -147,6 +149,104 @@ def sorted_eig(F: np.ndarray, device: str = "cpu") -> tuple[np.ndarray, np.ndarr
     return lam[order], vecs[:, order]
 
 
+def sorted_eigenpairs(
+    A: np.ndarray, device: str = "cpu"
+) -> tuple[np.ndarray, Callable[[int], np.ndarray]]:
+    """Eigenvalues of ``A`` in the module's sort order, and ``column(i)``: a right
+    eigenvector of the i-th, computed when it is asked for.
+
+    The outputs read a handful of eigenvectors (v1, v2, the leading and the most negative
+    real one), not d of them: on the CPU the eigenvalues come from ``geev`` without
+    vectors, the eigen-solver's floor (issue 33), and each eigenvector asked for from
+    inverse iteration with the eigenvalue as its shift (:class:`_InverseIteration`:
+    one LU of A - lambda I, at the GEMM rate, and a few solves). Every vector is checked,
+    ``|A v - lambda v| <= d eps |A|_1``, and taken from a full ``geev`` where inverse
+    iteration does not reach that (a defective or badly clustered eigenvalue). On a CUDA
+    device ``torch.linalg.eig`` computes all of them at once, as before.
+    """
+    if device != "cpu":
+        lam, vecs = sorted_eig(A, device)
+        return lam, lambda i: vecs[:, i]
+    A = np.asarray(A, dtype=np.float64)
+    lam = np.linalg.eigvals(A)
+    lam = lam[_order(lam)]
+    return lam, _InverseIteration(A, lam)
+
+
+class _InverseIteration:
+    """Right eigenvectors of ``A`` for its sorted eigenvalues ``lam``, one at a time.
+
+    For lam_i: LU of A - lam_i I (a zero pivot replaced by eps |A|_1, as LAPACK's
+    ``hsein`` does), then x <- (A - lam_i I)^-1 x from a fixed pseudo-random start until
+    ``|A x - lam_i x| <= d eps |A|_1`` (at most :attr:`MAX_SOLVES` solves; one or two
+    when lam_i is as accurate as geev makes it). The conjugate of a complex eigenvalue
+    gets the conjugate vector; a repeated eigenvalue starts its k-th copy from another
+    vector, so that its vectors span more than one direction of its eigenspace where
+    they can. Deterministic: the same matrix gives the same vectors on any thread count.
+    """
+
+    MAX_SOLVES = 4
+
+    def __init__(self, A: np.ndarray, lam: np.ndarray) -> None:
+        self.A, self.lam = A, lam
+        self.d = A.shape[0]
+        self.norm = float(np.linalg.norm(A, 1)) if A.size else 0.0
+        self.tol = self.d * float(np.finfo(np.float64).eps) * max(self.norm, np.finfo(float).tiny)
+        self.cache: dict[tuple[float, float, int], np.ndarray] = {}
+        self._full: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __call__(self, i: int) -> np.ndarray:
+        value = complex(self.lam[i])
+        upper = complex(value.real, abs(value.imag))  # the pair's member with Im >= 0
+        # the how-many-th copy of this eigenvalue (or of its conjugate) i is
+        copy = int(
+            np.count_nonzero(
+                (self.lam[:i].real == upper.real) & (np.abs(self.lam[:i].imag) == upper.imag)
+            )
+        )
+        if upper.imag != 0:
+            copy //= 2  # each copy of a pair is listed twice
+        key = (upper.real, upper.imag, copy)
+        if key not in self.cache:
+            self.cache[key] = self._vector(upper, copy)
+        v = self.cache[key]
+        return v if value.imag >= 0 else v.conj()
+
+    def _vector(self, value: complex, copy: int) -> np.ndarray:
+        import scipy.linalg
+
+        real = value.imag == 0
+        shift = value.real if real else value
+        M = self.A.astype(np.float64 if real else np.complex128, copy=True)
+        M[np.diag_indices(self.d)] -= shift
+        with warnings.catch_warnings():  # an exact eigenvalue makes a zero pivot: wanted
+            warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+            lu, piv = scipy.linalg.lu_factor(M, overwrite_a=True, check_finite=False)
+        pivots = lu[np.diag_indices(self.d)]
+        floor = float(np.finfo(np.float64).eps) * max(self.norm, 1.0)
+        pivots[np.abs(pivots) < floor] = floor
+        lu[np.diag_indices(self.d)] = pivots
+        x = np.random.default_rng(copy).standard_normal(self.d).astype(M.dtype)
+        for _ in range(self.MAX_SOLVES):
+            # a defective eigenvalue can overflow the solve: then geev below
+            with np.errstate(over="ignore", invalid="ignore"):
+                x = scipy.linalg.lu_solve((lu, piv), x, check_finite=False)
+                size = np.linalg.norm(x)
+            if not (np.isfinite(size) and size > 0):
+                break
+            x = x / size
+            if np.linalg.norm(_real_matmul(self.A, x) - shift * x) <= self.tol:
+                return x
+        return self._from_geev(value)
+
+    def _from_geev(self, value: complex) -> np.ndarray:
+        """The eigenvector of the eigenvalue nearest ``value`` from a full ``geev``."""
+        if self._full is None:
+            self._full = np.linalg.eig(self.A)
+        lam, vecs = self._full
+        return vecs[:, int(np.argmin(np.abs(lam - value)))]
+
+
 def _real_unit(v: np.ndarray) -> np.ndarray:
     """Real part, unit 2-norm, sign making the largest-|component| entry positive."""
     v = v.real.copy()
@@ -159,9 +259,13 @@ DIRECTION_VECTORS = {"v1": "direction_v1", "v2": "direction_v2", "v_neg": "direc
 DIRECTION_VALUES = ("lambda_v1", "lambda_v2", "lambda_neg")
 
 
-def directions(lam: np.ndarray, vecs: np.ndarray) -> dict[str, Any]:
+def directions(
+    lam: np.ndarray, vecs: np.ndarray | Callable[[int], np.ndarray], d: int | None = None
+) -> dict[str, Any]:
     """The real unit directions that the alignment metrics of propagation measure against,
-    from a sorted eigen-decomposition (:func:`sorted_eig`) of one layer matrix F.
+    from a sorted eigen-decomposition of one layer matrix F: the eigenvectors as columns
+    (:func:`sorted_eig`), or as the ``column`` of :func:`sorted_eigenpairs` with the
+    width ``d``.
 
     ``v1``, ``v2``, ``v_neg`` (each (d,), NaN when missing) are the eigenvectors of the
     real eigenvalues with the largest, the second largest and the most negative real part
@@ -174,6 +278,10 @@ def directions(lam: np.ndarray, vecs: np.ndarray) -> dict[str, Any]:
     Computed once per distinct block by the spectra rule and stored in ``spectra.nc``, so
     that propagation and steering never decompose a layer again.
     """
+    if callable(vecs):
+        if d is None:
+            raise ValueError("directions: give the width d with a column function")
+        return _directions(lam, vecs, d)
     return _directions(lam, lambda i: vecs[:, i], vecs.shape[0])
 
 
@@ -201,6 +309,11 @@ def _directions(lam: np.ndarray, column: Callable[[int], np.ndarray], d: int) ->
         U, sv, _ = np.linalg.svd(np.concatenate([top.real, top.imag], axis=1), full_matrices=False)
         rank = int(np.sum(sv > 1e-10 * sv[0]))
         basis[:, :rank] = U[:, :rank]
+        # the SVD's signs are arbitrary and follow the last bits of its input: the same
+        # convention as the vectors (largest-|component| entry positive)
+        for k in range(rank):
+            if basis[np.argmax(np.abs(basis[:, k])), k] < 0:
+                basis[:, k] = -basis[:, k]
     out["top2_basis"] = basis
     return out
 
@@ -248,15 +361,14 @@ def spectrum(
         raise ValueError(f"F must be square, got shape {F.shape}")
     d = F.shape[0]
     if vectors:
-        lam, vecs = sorted_eig(F, device)
+        lam, column = sorted_eigenpairs(F, device)
     else:
-        lam, vecs = eig(F, False, device)
+        lam = eig(F, False, device)[0]
         lam = lam[_order(lam)]
     out = _summary(lam, eta)
     out.update(n_zero_eigenvalues=0, zero_eigenvalues_index=-1)
     if vectors:
-        assert vecs is not None
-        out.update(_vector_summary(lam, lambda i: vecs[:, i], d, lambda v: _real_matmul(F, v)))
+        out.update(_vector_summary(lam, column, d, lambda v: _real_matmul(F, v)))
     return out
 
 
@@ -280,9 +392,9 @@ def spectrum_factored(
         raise ValueError(f"W_O {W_O.shape}, W_V {W_V.shape}: expected (d, r) and (r, d), r < d")
     M = W_V @ W_O
     if vectors:
-        lam_M, U = sorted_eig(M, device)
+        lam_M, U = sorted_eigenpairs(M, device)
     else:
-        lam_M, U = eig(M, False, device)
+        lam_M = eig(M, False, device)[0]
         lam_M = lam_M[_order(lam_M)]
     # F's spectrum in the sort order: M's eigenvalues and d - r exact zeros; the sort is
     # stable, so an eigenvalue of M that is exactly 0 precedes the zeros (it has a vector)
@@ -293,7 +405,6 @@ def spectrum_factored(
     out["n_zero_eigenvalues"] = d - r
     out["zero_eigenvalues_index"] = int(np.flatnonzero(order >= r)[0])
     if vectors:
-        assert U is not None
         nan_v = np.full(d, np.nan + 0j)
         cache: dict[int, np.ndarray] = {}
 
@@ -301,7 +412,7 @@ def spectrum_factored(
             if order[i] >= r:
                 return nan_v
             if i not in cache:
-                cache[i] = _real_matmul(W_O, U[:, order[i]])
+                cache[i] = _real_matmul(W_O, U(int(order[i])))
             return cache[i]
 
         def apply_F(v: np.ndarray) -> np.ndarray:
@@ -591,11 +702,13 @@ def spectra_dataset(
             "factored": int(factored),
             "decomposition": (
                 "eigenvalues of the r x r product W_V' W_O' (r = rank_bound; F = W_O' W_V', "
+                "geev without vectors, its eigenvectors u by inverse iteration; "
                 "W_O' summing the output columns of the query heads sharing a key/value "
                 "head), eigenvectors W_O' u; F's d - r exact zeros counted in "
                 "n_zero_eigenvalues"
                 if factored
-                else "geev of the d x d F = W_O W_V"
+                else "eigenvalues by geev (no vectors) of the d x d F = W_O W_V, the "
+                "eigenvectors read by inverse iteration at them"
             ),
         },
     )

@@ -124,7 +124,7 @@ def steer(
         n_kv_heads * d_head < d the change is computed on the factors, never forming a
         d x d product (:func:`_steer_factored`; the same Delta up to round-off).
 
-    F' is decomposed once (``spectra.sorted_eig``): its eigenvalues decide
+    F' is decomposed once (``spectra.sorted_eigenpairs``): its eigenvalues decide
     ``u_is_leading`` and its :func:`~specalign.transformers.spectra.directions` are the
     steered layer's, for the per-layer metrics.
     """
@@ -152,10 +152,10 @@ def steer(
         raise ValueError(f"method must be 'min_norm' or 'lstsq', got {method!r}")
     W_new = W_O + delta
     F_new = W_new @ W_V
-    lam, vecs = spectra.sorted_eig(F_new)
+    lam, column = spectra.sorted_eigenpairs(F_new)
     return _steering_result(
         method, W_O, W_new, delta, W_V, target, r, F_new @ u - target * u,
-        lam, spectra.directions(lam, vecs), top=lam.real.max(),
+        lam, spectra.directions(lam, column, F_new.shape[0]), top=lam.real.max(),
     )  # fmt: skip
 
 
