@@ -1,31 +1,26 @@
 #!/usr/bin/env python
-"""What propagate's per-state metrics cost, and what they would cost as GEMMs.
+"""What propagate's per-state metrics cost, as matrix products and as the reductions
+they replaced.
 
-``propagate`` stays above twice its ideal (issue 14) mostly because of the metrics of each
-state (``specalign.transformers.metrics.MetricsStream.add``): per correlation, 18
-directions (v1, v_neg and the null draws) are dotted with the unit rows of the layer's
-input and output states, and the state is projected on the top-2 basis. Both are
-``np.einsum`` reductions, which run far below the GEMM rate. As GEMMs (one product per
-state for all 18 directions, two for the projection) they would run at BLAS speed, but
-BLAS sums in another order, so every metric would change in its last bits, and an exact
-tie of |<x, v>| before and after a layer could flip a psi sign and so a rho. The issue
-asks for bit-identical outputs, so the pipeline keeps einsum; this benchmark measures
-what that costs, so that the choice can be made on numbers.
+Per state and correlation, ``MetricsStream.add`` dots 19 directions (v1, v_neg, the null
+draws and v2) with the unit rows of the layer's input and output states and projects the
+state on the top-2 basis. Until issue 33 each direction was an ``np.einsum`` reduction
+(20-45x below the GEMM rate); now they are one matrix product per state, and the
+projection two. This benchmark measures both forms in one run, on random states and
+directions of the given width (100 prompts of 10 tokens and 16 null draws, as
+config/paper.yaml):
 
-In one run, on random states and directions of the given width (100 prompts of 10
-tokens and 16 null draws, as config/paper.yaml):
-
-* ``add``: ``MetricsStream.add`` per state, both correlations, as ``propagate`` calls it;
-* ``align``: of it, one correlation's 18 alignments as the stream computes them
-  (``metrics._align`` per direction), and the same values from two GEMMs;
-* ``projection``: the top-2 projection as the stream computes it, and as two GEMMs;
+* ``add``: ``MetricsStream.add`` per state, both correlations, as ``propagate`` calls it
+  (the product form);
+* ``align``: one correlation's 18 alignments as the einsum reductions computed them,
+  and as the two GEMMs of the stream;
+* ``projection``: the top-2 projection as two einsums and as two GEMMs;
 * the largest difference between the two forms, and how many psi signs differ;
-* the float64 GEMM rate, and the ideal time of the einsum parts' flops at that rate.
+* the float64 GEMM rate, and the ideal time of these parts' flops at that rate.
 
-Prints, per width, the measured time of each part, its ratio to the ideal, and the time
-``add`` would take with the GEMM forms (both correlations): ``add`` less its einsum parts
-plus their GEMM forms, a difference of best-of-``repeats`` times, so it moves with the
-machine's load more than the parts do.
+Prints, per width, the measured time of ``add`` and the time it would take with the
+einsum forms (``add`` plus the difference of the parts, both correlations: a difference
+of best-of-``repeats`` times), and each part's ratio to its ideal.
 """
 
 from __future__ import annotations
@@ -54,9 +49,20 @@ def _timed(fn: Any, repeats: int) -> float:
     return best
 
 
+def _align_einsum(Su: tuple[np.ndarray, np.ndarray], Mu: tuple[np.ndarray, np.ndarray],
+                  v: np.ndarray) -> dict[str, np.ndarray]:  # fmt: skip
+    """gamma and psi against one direction v (d,) as the reductions before issue 33."""
+    after = np.abs(np.einsum("pnd,d->pn", Su[1], v))
+    before = np.abs(np.einsum("pnd,d->pn", Su[0], v))
+    m_after = np.abs(np.einsum("pd,d->p", Mu[1], v))
+    m_before = np.abs(np.einsum("pd,d->p", Mu[0], v))
+    return {"gamma": after.reshape(-1), "psi": (after - before).reshape(-1),
+            "gamma_mean": m_after, "psi_mean": m_after - m_before}  # fmt: skip
+
+
 def _align_gemm(Su: tuple[np.ndarray, np.ndarray], Mu: tuple[np.ndarray, np.ndarray],
                 dirs: np.ndarray) -> dict[str, np.ndarray]:  # fmt: skip
-    """gamma and psi of ``metrics._align`` for all ``dirs`` (k, d) at once, by GEMM:
+    """gamma and psi as the stream computes them, for all ``dirs`` (k, d) at once, by GEMM:
     (k, P * N) arrays, directions first as the per-direction calls stack them."""
     d = dirs.shape[1]
     after = np.abs(Su[1].reshape(-1, d) @ dirs.T).T
@@ -109,7 +115,8 @@ def measure(
                                    rng.standard_normal((null_draws, d))]), corr)  # fmt: skip
 
     def align_einsum() -> list[dict[str, np.ndarray]]:
-        return [M._align(Su, Mu, dirs[j : j + 1]) for j in range(k)]
+        pair_s, pair_m = (Su[0][0], Su[1][0]), (Mu[0][0], Mu[1][0])
+        return [_align_einsum(pair_s, pair_m, dirs[j]) for j in range(k)]
 
     def align_gemm() -> dict[str, np.ndarray]:
         return _align_gemm((Su[0][0], Su[1][0]), (Mu[0][0], Mu[1][0]), dirs)
@@ -138,12 +145,12 @@ def measure(
     align_flops = 2.0 * 2 * rows * d * k  # before and after, 2 flops per multiply-add
     proj_flops = 2.0 * 2 * P * N * d * 3
     # the stream pays both per correlation; its other work (norms, unit rows, the token
-    # distance, the v2 and projection correlations) is left as measured
-    add_gemm = add - 2 * ((t_align_e - t_align_g) + (t_proj_e - t_proj_g))
+    # distance, the projection's correlation) is left as measured
+    add_einsum = add + 2 * ((t_align_e - t_align_g) + (t_proj_e - t_proj_g))
     return {
         "d": d, "prompts": P, "tokens": N, "directions": k,
         "gemm_float64": rate,
-        "add_s": add, "add_with_gemm_s": add_gemm,
+        "add_s": add, "add_with_einsum_s": add_einsum,
         "align_einsum_s": t_align_e, "align_gemm_s": t_align_g,
         "align_ideal_s": align_flops / rate,
         "projection_einsum_s": t_proj_e, "projection_gemm_s": t_proj_g,
@@ -181,8 +188,8 @@ def main() -> int:
         ms = {k: v * 1e3 for k, v in r.items() if k.endswith("_s")}
         print(f"d {r['d']} (float64 GEMM {r['gemm_float64'] / 1e9:.1f} GFLOP/s):")
         print(f"  MetricsStream.add, both correlations: {ms['add_s']:.1f} ms per state; "
-              f"with the GEMM forms about {ms['add_with_gemm_s']:.1f} ms "
-              f"({r['add_s'] / r['add_with_gemm_s']:.2f}x faster)")  # fmt: skip
+              f"with the einsum forms about {ms['add_with_einsum_s']:.1f} ms "
+              f"({r['add_with_einsum_s'] / r['add_s']:.2f}x slower)")  # fmt: skip
         for part in ("align", "projection"):
             e, g, ideal = ms[f"{part}_einsum_s"], ms[f"{part}_gemm_s"], ms[f"{part}_ideal_s"]
             print(f"  {part} (one correlation): einsum {e:.1f} ms ({e / ideal:.0f}x its "
