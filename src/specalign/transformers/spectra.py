@@ -223,7 +223,7 @@ class _InverseIteration:
             warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
             lu, piv = scipy.linalg.lu_factor(M, overwrite_a=True, check_finite=False)
         pivots = lu[np.diag_indices(self.d)]
-        floor = float(np.finfo(np.float64).eps) * max(self.norm, 1.0)
+        floor = float(np.finfo(np.float64).eps) * (self.norm or 1.0)
         pivots[np.abs(pivots) < floor] = floor
         lu[np.diag_indices(self.d)] = pivots
         x = np.random.default_rng(copy).standard_normal(self.d).astype(M.dtype)
@@ -545,6 +545,9 @@ def map_blocks(fn: Callable[[Any], Any], items: Sequence[Any], threads: int = 1)
     item is computed on one BLAS thread whatever ``threads`` is, so the result does not
     depend on the thread count (``spectra.nc`` is the same for any ``--cores``).
     """
+    # scipy's LAPACK (inverse iteration's LU) is its own OpenBLAS: loaded first, so that
+    # the limit below reaches it (threadpoolctl limits only what is loaded at entry)
+    import scipy.linalg  # noqa: F401
     from threadpoolctl import threadpool_limits
 
     workers = min(max(int(threads), 1), len(items))
