@@ -430,3 +430,52 @@ def test_heap_set_aside_collects_what_is_made_inside_and_gives_the_rest_back():
     with pytest.raises(ValueError, match="inside"):
         fails()
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(4096, 4096), (1024, 4096), (24, 1024, 1024), (10,), (100000,), (3, 5, 7),
+     (1, 200000), (128256, 8192), (2, 3, 70000)],
+)  # fmt: skip
+@pytest.mark.parametrize("itemsize", [4, 8])
+def test_chunks_are_whole_trailing_rows_within_the_target_size(shape, itemsize):
+    """Issue 33: checksummed datasets in chunks of at most io.CHUNK_BYTES, trailing axes
+    whole while they fit, the axis that does not fit cut, the leading ones 1."""
+    from specalign.io import CHUNK_BYTES, chunk_shape
+
+    chunk = chunk_shape(shape, itemsize)
+    assert len(chunk) == len(shape)
+    assert all(1 <= c <= s for c, s in zip(chunk, shape, strict=True))
+    assert int(np.prod(chunk)) * itemsize <= max(CHUNK_BYTES, itemsize)
+    cut = [i for i, (c, s) in enumerate(zip(chunk, shape, strict=True)) if c < s]
+    if cut:  # after the last cut axis everything is whole, before it everything is 1
+        first = cut[-1]
+        assert all(c == s for c, s in zip(chunk[first + 1 :], shape[first + 1 :], strict=True))
+        assert all(c == 1 for c in chunk[:first])
+        # and the cut axis takes as many as fit
+        row = itemsize * int(np.prod(shape[first + 1 :]))
+        assert chunk[first] == max(1, CHUNK_BYTES // row)
+    else:
+        assert int(np.prod(shape)) * itemsize <= CHUNK_BYTES
+
+
+def test_a_flipped_bit_in_any_chunk_fails_the_read(tmp_path):
+    """The Fletcher-32 checksum is per chunk: a flip in the last chunk of a matrix in
+    several chunks is caught as well as one in the first."""
+    import h5py
+
+    from specalign.io import InputFileError, read_h5, write_h5
+
+    arr = np.random.default_rng(0).standard_normal((300, 1024))  # 2.4 MB: 5 chunks
+    path = tmp_path / "w.h5"
+    write_h5(path, {"W": arr})
+    with h5py.File(path, "r") as f:
+        ds = f["W"]
+        assert ds.fletcher32 and ds.id.get_num_chunks() == 5
+        offset = ds.id.get_chunk_info(4).byte_offset
+    np.testing.assert_array_equal(read_h5(path)[0]["W"], arr)
+    raw = bytearray(path.read_bytes())
+    raw[offset + 11] ^= 0x10
+    path.write_bytes(bytes(raw))
+    with pytest.raises(InputFileError, match=str(path)):
+        read_h5(path)

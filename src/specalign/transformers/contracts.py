@@ -241,7 +241,7 @@ def write_weights_h5(path: str | Path, mw: ModelWeights) -> None:
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         if not mw.factored:
             F = np.stack([blk.F for blk in mw.blocks]).astype(np.float64)
-            f.create_dataset("F", data=F, chunks=(1, *F.shape[1:]), fletcher32=True)
+            f.create_dataset("F", data=F, **checksummed(F))
         for b, blk in enumerate(mw.blocks):
             write_block(f, b, blk, mw.n_heads, mw.kv_heads)
         has_bias = [{k: bool(blk.has_bias.get(k, True)) for k in BIAS_KEYS} for blk in mw.blocks]

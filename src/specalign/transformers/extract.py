@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from specalign.io import InputFileError, atomic_path
+from specalign.io import InputFileError, atomic_path, chunk_shape
 from specalign.runtime import release_freed_memory
 from specalign.transformers import checkpoint
 from specalign.transformers.contracts import (
@@ -396,8 +396,8 @@ def extract_to_h5(
             if not factored:
                 if "F" not in f:
                     f.create_dataset(
-                        "F", shape=(adapter.n_blocks, d, d), dtype=np.float64, chunks=(1, d, d),
-                        fletcher32=True,
+                        "F", shape=(adapter.n_blocks, d, d), dtype=np.float64,
+                        chunks=chunk_shape((adapter.n_blocks, d, d), 8), fletcher32=True,
                     )  # fmt: skip
                 f["F"][b] = blk.F
             try:
