@@ -250,9 +250,16 @@ def checksummed(arr: np.ndarray) -> dict[str, Any]:
     weights. With a checksum (which needs chunked storage) the read fails instead.
     Scalars and empty arrays cannot be chunked and are left as they are.
     """
-    if arr.ndim == 0 or arr.size == 0 or arr.dtype.kind not in "biufc":
+    return checksum_options(arr.shape, arr.dtype)
+
+
+def checksum_options(shape: tuple[int, ...], dtype: Any) -> dict[str, Any]:
+    """:func:`checksummed`'s options for a dataset of ``shape`` and ``dtype`` made before
+    its data (one written a block at a time)."""
+    dtype = np.dtype(dtype)
+    if len(shape) == 0 or 0 in shape or dtype.kind not in "biufc":
         return {}
-    return {"fletcher32": True, "chunks": chunk_shape(arr.shape, arr.dtype.itemsize)}
+    return {"fletcher32": True, "chunks": chunk_shape(tuple(shape), dtype.itemsize)}
 
 
 def _attr_value(val: Any) -> Any:

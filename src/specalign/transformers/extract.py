@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from specalign.io import InputFileError, atomic_path, chunk_shape
+from specalign.io import InputFileError, atomic_path, checksum_options
 from specalign.runtime import release_freed_memory
 from specalign.transformers import checkpoint
 from specalign.transformers.contracts import (
@@ -395,9 +395,10 @@ def extract_to_h5(
         def on_block(b: int, blk: BlockWeights) -> None:
             if not factored:
                 if "F" not in f:
+                    shape = (adapter.n_blocks, d, d)
                     f.create_dataset(
-                        "F", shape=(adapter.n_blocks, d, d), dtype=np.float64,
-                        chunks=chunk_shape((adapter.n_blocks, d, d), 8), fletcher32=True,
+                        "F", shape=shape, dtype=np.float64,
+                        **checksum_options(shape, np.float64),
                     )  # fmt: skip
                 f["F"][b] = blk.F
             try:

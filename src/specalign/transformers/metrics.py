@@ -58,10 +58,7 @@ def correlation(X: np.ndarray, v: np.ndarray, corr: Corr = "cosine") -> np.ndarr
 def correlations(X: np.ndarray, V: np.ndarray, corr: Corr = "cosine") -> np.ndarray:
     """Signed correlation of each row of X (..., d) with each of the directions V (k, d),
     (k, ...): :func:`correlation` for many directions, as one matrix product."""
-    V = np.atleast_2d(V)
-    rows, dirs = _unit_rows(X, corr), _unit_rows(V, corr)
-    d = rows.shape[-1]
-    return (rows.reshape(-1, d) @ dirs.T).T.reshape(dirs.shape[0], *rows.shape[:-1])
+    return _products(_unit_rows(X, corr), _unit_rows(np.atleast_2d(V), corr))
 
 
 def _centred(X: np.ndarray, corr: Corr) -> np.ndarray:
@@ -136,15 +133,20 @@ def psi_round_off(d: int) -> float:
     return float(d) * float(np.finfo(np.float64).eps)
 
 
-def _dots(rows: np.ndarray, dirs: np.ndarray) -> np.ndarray:
-    """``|<row, dir>|`` of every row (..., d) with every direction (k, d): (k, ...).
+def _products(rows: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+    """``<row, dir>`` of every row (..., d) with every direction (k, d): (k, ...).
 
     One matrix product for all directions (the paper's v1, v_neg, the null draws):
     BLAS runs it at its GEMM rate, where a reduction per direction ran 20-45x below it
     (bench/bench_metrics.py)."""
     d = rows.shape[-1]
     prod = np.asarray(rows).reshape(-1, d) @ np.asarray(dirs).T
-    return np.abs(prod.T).reshape(dirs.shape[0], *rows.shape[:-1])
+    return prod.T.reshape(dirs.shape[0], *rows.shape[:-1])
+
+
+def _dots(rows: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+    """``|<row, dir>|``: the absolute :func:`_products`, what gamma and psi are made of."""
+    return np.abs(_products(rows, dirs))
 
 
 def _from_dots(
@@ -177,13 +179,14 @@ def alignment(S: np.ndarray, dirs: np.ndarray, corr: Corr = "cosine") -> dict[st
     S = np.asarray(S, dtype=np.float64)
     Su, Mu = _unit_rows(S, corr), _unit_rows(S.mean(axis=2), corr)
     D = _unit_rows(dirs, corr)
-    T = D.shape[0]
-    # layer t against its own direction: a product per layer (state t against v1_t)
-    dots = [
-        [_dots(X[t + shift], D[t : t + 1])[0] for t in range(T)]
-        for X, shift in ((Su, 1), (Su, 0), (Mu, 1), (Mu, 0))
-    ]
-    return _from_dots(*(np.stack(x) for x in dots), S.shape[-1])
+
+    def per_layer(X: np.ndarray) -> np.ndarray:
+        """Layer t's rows X[t] against its own direction D[t]."""
+        return np.stack([_dots(x, D[t : t + 1])[0] for t, x in enumerate(X)])
+
+    return _from_dots(
+        per_layer(Su[1:]), per_layer(Su[:-1]), per_layer(Mu[1:]), per_layer(Mu[:-1]), S.shape[-1]
+    )
 
 
 def propagation_metrics(
