@@ -204,6 +204,14 @@ def test_steering_dataset_equals_every_steered_model_run_in_full(name, monkeypat
             np.testing.assert_allclose(
                 got["gamma_u"].sel(variant="steered"), want_u, rtol=1e-12, atol=1e-15
             )
+            # the null: the mean over the 3 random directions, one correlation each
+            R = steer._random_units(D, 3, 0)
+            want_null = np.mean(
+                [np.abs(metrics.correlation(states[-1], r)).reshape(-1) for r in R], axis=0
+            )
+            np.testing.assert_allclose(
+                got["gamma_u_null"].sel(variant="steered"), want_null, rtol=1e-12, atol=1e-15
+            )
             assert float(got["residual"]) == pytest.approx(res.residual, abs=1e-12)
             assert float(got["relative_change"]) == pytest.approx(res.relative_change, rel=1e-12)
             assert bool(got["u_is_leading"]) == res.u_is_leading
@@ -344,3 +352,18 @@ def test_rho_does_not_count_round_off_as_a_rise():
         assert np.abs(got["psi"]).max() <= metrics.psi_round_off(d)
         np.testing.assert_array_equal(got["rho"], 0.0)
         np.testing.assert_array_equal(got["rho_mean"], 0.0)
+
+
+@pytest.mark.parametrize("corr", ["cosine", "pearson"])
+def test_correlations_of_many_directions_are_each_directions_correlation(corr):
+    """metrics.correlations (one product for k directions) against metrics.correlation
+    of each direction, signed, zero rows NaN."""
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((3, 4, D))
+    X[1, 2] = 0.0
+    V = rng.standard_normal((5, D))
+    got = metrics.correlations(X, V, corr)
+    assert got.shape == (5, 3, 4)
+    want = np.stack([metrics.correlation(X, v, corr) for v in V])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    assert np.isnan(got[:, 1, 2]).all() and (got < 0).any()
