@@ -415,11 +415,16 @@ def test_heap_set_aside_collects_what_is_made_inside_and_gives_the_rest_back():
         frozen = gc.get_freeze_count()
         assert frozen > 0
         inside = cycle()
+        # Objects set aside can still be freed by their reference counts (another
+        # thread's, such as pytest-xdist's channel), so the count may only fall; a
+        # nested block that set aside again would add these thousand live ones.
+        made_inside = [[] for _ in range(1000)]
         with runtime.heap_set_aside():  # nested: the same objects stay set aside
             gc.collect()
             assert inside() is None
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
+        del made_inside
     assert gc.get_freeze_count() == 0
 
     @runtime.heap_set_aside()
