@@ -7,7 +7,10 @@ through weights.h5 (format_version 3) and the spectra, and is compared with the 
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -16,7 +19,7 @@ import tiny_models
 from tiny_models import CONFIGS
 
 from specalign.io import InputFileError
-from specalign.transformers import directions, spectra
+from specalign.transformers import contracts, directions, spectra
 from specalign.transformers import propagate as prop
 from specalign.transformers import steer as st
 from specalign.transformers.contracts import read_weights_h5
@@ -408,7 +411,23 @@ def test_propagation_on_a_lazy_read_is_bit_identical_and_reads_each_block_once_a
     cfg = {"prolonged_layers": eager.n_layers + 4, "corr": "cosine", "null_draws": 3}
     directions = spectra.block_directions(spectra.spectra_dataset(eager, eta=0.7))
     ref = prop.propagation_states(eager, hidden, 0.7, cfg)
-    got = prop.propagation_states(lazy, hidden, 0.7, cfg)
+    # issue 33: no block is alive while the next is read (at Llama-3-70B's width a block
+    # is 2.15 GB in float64; the run held the one in use while it read the next)
+    alive: list[weakref.ref] = []
+    at_read: list[int] = []
+    read_block = contracts._read_block
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        at_read.append(sum(r() is not None for r in alive))
+        blk = read_block(*args, **kwargs)
+        alive.append(weakref.ref(blk))
+        return blk
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(contracts, "_read_block", counting)
+        got = prop.propagation_states(lazy, hidden, 0.7, cfg)
+    assert at_read and max(at_read) == 0, at_read
     assert lazy.blocks.reads == 2 * len(lazy.blocks)  # two passes (real, full attention)
     assert got.keys() == ref.keys()
     for mode in ref:

@@ -35,8 +35,13 @@ def test_steering_makes_u_exact_eigenvector():
         assert np.allclose(res.F @ u, 1.5 * r * u, atol=1e-10 * r)
         assert np.min(np.abs(np.linalg.eigvals(res.F) - 1.5 * r)) < 1e-8 * r
         assert np.allclose(res.W_O - W_O, res.delta)
+        # issue 33: Delta is kept as its rank-one factors; W_O' is W_O + Delta exactly,
+        # and the relative change from the factors is the Frobenius norms' ratio
+        np.testing.assert_array_equal(res.W_O, W_O + res.delta)
+        want = np.linalg.norm(res.delta) / np.linalg.norm(W_O)
+        assert res.relative_change == pytest.approx(want, rel=1e-13)
+        assert np.linalg.matrix_rank(res.delta) == 1
     mn, ls = both["min_norm"], both["lstsq"]
-    assert np.linalg.matrix_rank(mn.delta) == 1
     assert mn.relative_change <= ls.relative_change + 1e-12
 
     # ill-conditioned W_V: the pseudo-inverse construction is far larger

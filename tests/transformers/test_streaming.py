@@ -97,7 +97,12 @@ def test_one_unit_resident_at_a_time(tmp_models: Path) -> None:
     # every layer is a unit of its own, found from the adapter's probe name
     assert [u for u in stream.units if u.startswith("layers.")] == ["layers.0", "layers.1"]
     assert all(p.device.type == "meta" for p in model.parameters())  # freed at the end
-    assert stream.bytes_read == sum(sizes.values()) * 4  # float32 checkpoint, read once
+    # float32 checkpoint, every unit read once; of the input embedding only the rows of
+    # the distinct ids in the prompts
+    d = model.config.hidden_size
+    rows = len(np.unique(_ids("llama"))) * d
+    assert stream.embedding_path == "embed_tokens" and rows < sizes["embed_tokens"]
+    assert stream.bytes_read == (sum(sizes.values()) - sizes["embed_tokens"] + rows) * 4
     streaming.close_stream(model)
 
 
@@ -172,10 +177,8 @@ def _one_variant_at_a_time(slm: Any, ids: np.ndarray, variants: list[np.ndarray]
 @pytest.mark.parametrize("case", ["llama", "gpt2", "qwen2"])
 def test_streamed_steering_reads_each_tensor_once(tmp_models: Path, case: str) -> None:
     """The unchanged model and the W_O variants in lockstep: every checkpoint tensor is
-    read once (counted at ``safe_open``), and the probabilities are bit for bit those of
+    read once (counted at the checkpoint's reads), and the probabilities are bit for bit those of
     the unchanged model and of each variant streamed on its own."""
-    from safetensors import safe_open
-
     folder = _folder(tmp_models, case)
     ids = _ids(case, n_prompts=3)
     slm = streaming.streamed_model(folder, "causal_lm")
@@ -186,32 +189,26 @@ def test_streamed_steering_reads_each_tensor_once(tmp_models: Path, case: str) -
     W = W.T if transposed else W
     rng = np.random.default_rng(0)
     variants = [W + 0.1 * (i + 1) * rng.standard_normal(W.shape) for i in range(3)]
-    reads: Counter[str] = Counter()
+    reads: list[tuple[str, int, int | None]] = []
+    rows = stream.ckpt.rows
 
-    class Counting:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self.handle = safe_open(*args, **kwargs)
-
-        def __enter__(self) -> Any:
-            inner = self.handle.__enter__()
-
-            class Reader:
-                def get_tensor(self, key: str) -> Any:
-                    reads[key] += 1
-                    return inner.get_tensor(key)
-
-            return Reader()
-
-        def __exit__(self, *exc: Any) -> Any:
-            return self.handle.__exit__(*exc)
-
-    import safetensors
+    def counting(key: str, start: int = 0, stop: int | None = None) -> Any:
+        reads.append((key, start, stop))
+        return rows(key, start, stop)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(safetensors, "safe_open", Counting)
+        mp.setattr(stream.ckpt, "rows", counting)
         before, after = st.next_token_probs(slm, ids, 3, variants)
-    # a tied LM head is a unit of its own, reading the embedding's tensor: once per unit
-    assert reads == Counter(stream.keys.values()), case
+    # every tensor whole once, a tied LM head reading the embedding's tensor as a unit of
+    # its own; of the input embedding the rows of the prompts' distinct ids, each once
+    emb = stream.keys[f"{stream.embedding_path}.weight"]
+    whole = Counter(k for k, start, stop in reads if (start, stop) == (0, None))
+    assert whole == Counter(
+        k for n, k in stream.keys.items() if n != f"{stream.embedding_path}.weight"
+    ), case
+    read_rows = [r for k, start, stop in reads if k == emb and stop is not None
+                 for r in range(start, stop)]  # fmt: skip
+    assert sorted(read_rows) == sorted(set(np.unique(ids).tolist())), case
     assert stream.loads == len(stream.units)
     assert all(p.device.type == "meta" for p in slm.parameters())  # freed at the end
     want = _one_variant_at_a_time(slm, ids, variants)
@@ -220,6 +217,71 @@ def test_streamed_steering_reads_each_tensor_once(tmp_models: Path, case: str) -
         np.testing.assert_array_equal(got, w)
     assert not np.allclose(after[0], before)  # the variants do change the output
     streaming.close_stream(slm)
+
+
+@pytest.mark.parametrize("case", ["mistral", "gpt2"])
+def test_the_head_is_kept_as_stored_and_applied_in_slices(
+    tmp_models: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: the LM head stays resident in its stored dtype (bf16 here) and is
+    applied a slice of the vocabulary at a time, for the unchanged model and a variant
+    in lockstep; the probabilities are the loaded model's and the whole head's to
+    float32 round-off (GPT-2's head is tied to its input embedding: the same tensor,
+    read as a unit of its own)."""
+    folder = tmp_models / f"{case}_bf16_head"
+    if not folder.exists():
+        tiny_models.build(case).to(torch.bfloat16).save_pretrained(str(folder))
+    ids = _ids(case, n_prompts=3)
+    lm = hf.load_causal_lm(folder)  # float32 from the bf16 tensors, the whole head
+    module, transposed = st._out_projection(lm, -1)
+    W = module.weight.detach().double().numpy()
+    W = W.T if transposed else W
+    variant = W + 0.1 * np.random.default_rng(1).standard_normal(W.shape)
+    want_before, (want_after,) = st.next_token_probs(lm, ids, 3, [variant])
+
+    def streamed() -> tuple[np.ndarray, np.ndarray, list]:
+        slm = streaming.streamed_model(folder, "causal_lm")
+        head = slm.get_output_embeddings()
+        seen: list = []
+        hook = head.register_forward_hook(
+            lambda m, _a, _o: seen.append((m.weight.dtype, tuple(m.weight.shape)))
+        )
+        try:
+            before, (after,) = st.next_token_probs(slm, ids, 3, [variant])
+        finally:
+            hook.remove()
+            streaming.close_stream(slm)
+        return before, after, seen
+
+    before, after, seen = streamed()
+    V, d = slm_shape(folder)
+    assert seen == [(torch.bfloat16, (V, d))] * 2  # the unchanged forward and the variant
+    # the streamed model computes as the loaded one to float32 round-off (as before)
+    np.testing.assert_allclose(before, want_before, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(after, want_after, rtol=1e-6, atol=0)
+    whole = before, after
+
+    slices = []
+    linear = torch.nn.functional.linear
+
+    def counted(x: Any, w: Any, b: Any = None) -> Any:
+        slices.append(w.shape[0])
+        return linear(x, w, b)
+
+    monkeypatch.setattr(streaming, "HEAD_SLICE_BYTES", 7 * d * 4)  # 7 rows, a ragged last
+    monkeypatch.setattr(torch.nn.functional, "linear", counted)
+    before, after, seen = streamed()
+    monkeypatch.undo()
+    head_calls = [n for n in slices if n <= 7]
+    assert sum(head_calls) == 2 * V and len(head_calls) == 2 * -(-V // 7), case
+    np.testing.assert_allclose(before, whole[0], rtol=1e-6, atol=0)
+    np.testing.assert_allclose(after, whole[1], rtol=1e-6, atol=0)
+    assert not np.allclose(after, before, rtol=1e-3)
+
+
+def slm_shape(folder: Path) -> tuple[int, int]:
+    config = json.loads((folder / "config.json").read_text())
+    return int(config["vocab_size"]), int(config.get("hidden_size") or config["n_embd"])
 
 
 def test_bf16_sharded_and_pickled_checkpoints(tmp_models: Path) -> None:
@@ -328,13 +390,22 @@ def test_twin_has_the_family_initialisation(tmp_path: Path, case: str) -> None:
             torch.testing.assert_close(t, got[k], rtol=0, atol=0)
 
 
-def test_twin_saved_in_the_published_dtype(tmp_path: Path) -> None:
+def test_twin_saved_in_the_published_dtype(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bf16 configuration gives a bf16 twin, one file when it fits a shard; the real
-    passes stream it."""
+    passes stream it. Each tensor is cast and written a slice at a time (issue 33): in
+    slices of 6 bytes, which cut rows and tensors anywhere, the files are byte for byte
+    those of the default slices."""
+    from specalign.transformers import twin
     from specalign.transformers.sources import make_random_model
 
     cfg = {**CONFIGS["mistral"], "dtype": "bfloat16"}
     folder = make_random_model(cfg, tmp_path / "twin", seed=1)
+    monkeypatch.setattr(twin, "WRITE_SLICE_BYTES", 6)
+    sliced = make_random_model(cfg, tmp_path / "twin_sliced", seed=1)
+    monkeypatch.undo()
+    assert (sliced / "model.safetensors").read_bytes() == (
+        folder / "model.safetensors"
+    ).read_bytes()
     got = _written(folder)
     assert {t.dtype for t in got.values()} == {torch.bfloat16}
     assert [p.name for p in folder.glob("*.safetensors")] == ["model.safetensors"]

@@ -53,8 +53,9 @@ DTYPE_BYTES = {
     "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
     "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1,
 }  # fmt: skip
-#: The dtypes a weight may be stored in and computed with as published.
-FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
+#: The dtypes a weight may be stored in and computed with as published, by torch's name.
+TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+FLOAT_DTYPES = frozenset(TORCH_DTYPES)
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
 #: ``quantization_config.quant_method`` values whose weights are dequantized here.
 SUPPORTED_QUANTIZATION = ("fp8",)
@@ -108,6 +109,50 @@ def read_header(path: str | Path) -> dict[str, dict[str, Any]]:
             continue
         entries[name] = _check_entry(path, name, entry, data_bytes)
     return entries
+
+
+def read_rows(
+    path: str | Path,
+    entry: Mapping[str, Any],
+    start: int = 0,
+    stop: int | None = None,
+) -> Any:
+    """Rows ``[start, stop)`` along the first axis of the tensor ``entry`` (an entry of
+    :func:`read_header` for ``path``) as a torch tensor in its stored dtype, by plain
+    reads of just those bytes.
+
+    Nothing is memory-mapped: a mapped read counts every page it touched towards the
+    process's resident memory until the mapping goes, so reading a 2.1 GB embedding
+    through a mapping and copying it out held 4.2 GB at once; here the copy is all.
+    Float dtypes only (:data:`FLOAT_DTYPES`).
+    """
+    import torch
+
+    path = Path(path)
+    dtype, shape = entry["dtype"], list(entry["shape"])
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{path}: read_rows reads float tensors, not {dtype}")
+    n_rows = shape[0] if shape else 1
+    stop = n_rows if stop is None else min(int(stop), n_rows)
+    start = max(int(start), 0)
+    width = DTYPE_BYTES[dtype] * math.prod(shape[1:])
+    rows = max(stop - start, 0)
+    buf = torch.empty(rows * width, dtype=torch.uint8)
+    view = memoryview(buf.numpy())
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            f.seek(8 + length + entry["data_offsets"][0] + start * width)
+            done = 0
+            while done < len(view):
+                got = f.readinto(view[done:])
+                if not got:
+                    raise CheckpointError(f"{path}: file ends inside tensor data (truncated)")
+                done += got
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc})") from exc
+    out = buf.view(getattr(torch, TORCH_DTYPES[dtype]))
+    return out.reshape(rows, *shape[1:]) if shape else out.reshape(())
 
 
 def _check_entry(path: Path, name: str, entry: Any, data_bytes: int) -> dict[str, Any]:

@@ -494,9 +494,8 @@ class LazyBlocks(Sequence[BlockWeights]):
         if not -len(self) <= b < len(self):
             raise IndexError(f"block {b} of {len(self)}")
         b %= len(self)
-        last = self._last
-        if last is not None and last[0] == b:
-            return last[1]
+        if self._last is not None and self._last[0] == b:
+            return self._last[1]
         self._last = None  # the previous block goes before the next one is read
         import h5py
 

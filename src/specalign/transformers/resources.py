@@ -13,10 +13,13 @@ Memory (bytes) is the largest of the phases a job goes through, each the arrays 
 at once (``mem_bytes``), plus the interpreter with torch and transformers imported
 (``BASE_BYTES``), times ``SAFETY``. The real model is never held whole: its passes and
 the random twin are streamed one *unit* at a time (a decoder layer, the embeddings, the
-LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float32
-(``unit32``) and, while a tensor is cast, that tensor in its stored dtype:
+LM head; ``streaming.py``, ``twin.py``). A streamed pass holds a decoder layer in
+float32 and, while a tensor is cast, that tensor in its stored dtype; of the token
+table only the rows of the prompts' ids; a causal LM's head in its stored dtype with one
+slice of the vocabulary cast (``streaming.HEAD_SLICE_BYTES``):
 
-* ``random_model``: the unit being drawn in float32 and its cast copy;
+* ``random_model``: the unit being drawn in float32 (the token table is the largest)
+  and one slice of it cast (``twin.WRITE_SLICE_BYTES``);
 * ``extract_weights``: one block at a time in float64 (it streams the checkpoint): W_Q,
   W_K, W_V, W_O at n_heads (4 d H d_head), their float32 reading, the key/value rows and
   W_O' at n_kv_heads written (3 d r), and F (d^2) only where the block is not factored
@@ -29,19 +32,21 @@ LM head; ``streaming.py``, ``twin.py``), so they hold the largest unit in float3
   and W_O' (d H d_head + 3 d r) and decomposes the r x r product (8 r^2 x 8); the
   per-block results (the directions and listed eigenvalues) of every block;
 * ``propagate``: the streamed unit with the float32 hidden states of every layer (twice
-  while transformers' tuple is copied out), then two blocks' float64 weights (read from
-  ``weights.h5`` a block at a time: the one in use and the next) and the current block's
+  while transformers' tuple is copied out), then one block's float64 weights (read from
+  ``weights.h5`` a block at a time, the one in use let go before the next is read) and the
+  current block's
   F or factors, with those states; the simplified runs are reduced to their metrics a
   state at a time (:class:`specalign.transformers.metrics.MetricsStream`), so beside
   them only a few layers' states in float64 are held (``STREAM_LAYERS``), never a run;
-* ``steer``: the embeddings for the embedding output; two blocks' float64 weights (read
-  a block at a time, as propagate) with a few layers' states (the unchanged run is
-  reduced a state at a time), ``threads`` variants in the making (W_O', Delta W_O and
-  their decomposition) and every finished variant's W_O'; the streamed causal LM with the
-  variants' W_O (cast to float32 before it streams), the replayed layer output and,
-  since the unchanged model and the variants advance through the units together (each
-  unit read once), the hidden states and last position's logits of each. Nothing there
-  grows with depth: glibc maps large blocks apart from its heap while a model streams
+* ``steer``: the prompts' rows of the token table for the embedding output; one
+  block's float64 weights (read a block at a time, as propagate) with a few layers'
+  states (the unchanged run is reduced a state at a time), ``threads`` variants in the
+  making (W_O', with Delta W_O as its rank-one factors, and their decomposition) and
+  every finished variant's W_O' in float32; the streamed causal LM with the variants'
+  W_O, its layer or its head, the replayed layer output and, since the unchanged model
+  and the variants advance through the units together (each unit read once), the
+  hidden states and last position's logits of each. Nothing there grows with depth:
+  glibc maps large blocks apart from its heap while a model streams
   (before, heap fragmentation added about two float32 states per layer).
 
 A unit's size comes from config.json (:func:`unit_parameters`): a layer's grouped-query
@@ -66,6 +71,8 @@ from pathlib import Path
 from typing import Any
 
 from specalign.transformers.families import FamilyAdapter, LlamaAdapter, adapter_for
+from specalign.transformers.streaming import HEAD_SLICE_BYTES
+from specalign.transformers.twin import WRITE_SLICE_BYTES
 
 #: Resident memory of a job before any model array: Python, numpy, torch, transformers
 #: and xarray imported (700-900 MB measured for the MiniLM jobs).
@@ -108,10 +115,17 @@ class ModelSize:
     n_layers: int
     n_blocks: int
     vocab_size: int
-    #: the largest unit a streamed pass holds (a layer, the embeddings, the head)
+    #: the largest unit the twin draws whole in float32 (a layer, the embeddings, the head)
     unit_params: int = 0
     #: the largest single tensor (cast from its stored dtype one at a time)
     tensor_params: int = 0
+    #: one decoder layer, the largest unit a streamed pass holds in float32 (the
+    #: token table's rows are read for the ids alone; the head stays as stored)
+    layer_params: int = 0
+    #: the largest tensor of a layer (cast from its stored dtype one at a time)
+    layer_tensor_params: int = 0
+    #: the token table V x e: a causal LM's head (tied or not) holds it as stored
+    vocab_params: int = 0
     #: bytes per stored value of the checkpoint (2 for bf16)
     stored_bytes: float = 4.0
     #: H d_head: the width of W_O's input (the steering variants are d x H d_head)
@@ -256,6 +270,9 @@ def model_size(config: Mapping[str, Any], model_dir: str | Path | None = None) -
     d = adapter.d_model
     vocab = int(config.get("vocab_size") or 0)
     f = _ffn_width(config, d)
+    e = int(config.get("embedding_size") or config.get("word_embed_proj_dim") or d)
+    layer_tensor = max(d * adapter.n_heads * adapter.d_head,
+                       d * f * (2 if adapter.model_type == "phi3" else 1))  # fmt: skip
     return ModelSize(
         n_params=int(stored if stored is not None else config_parameters(config)),
         d_model=d,
@@ -263,7 +280,10 @@ def model_size(config: Mapping[str, Any], model_dir: str | Path | None = None) -
         n_blocks=adapter.n_blocks,
         vocab_size=vocab,
         unit_params=max(units.values()),
-        tensor_params=max(vocab * d, d * f * (2 if adapter.model_type == "phi3" else 1)),
+        tensor_params=max(vocab * d, layer_tensor),
+        layer_params=units["layer"],
+        layer_tensor_params=layer_tensor,
+        vocab_params=vocab * e,
         stored_bytes=stored_bytes_per_value(config, model_dir),
         inner=adapter.n_heads * adapter.d_head,
         rank=int(adapter.n_kv_heads or adapter.n_heads) * adapter.d_head,
@@ -276,8 +296,15 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
     in bytes, by phase name; the phases that stream the real model are ``streamed*``.
     ``threads``: the job's cores (``spectra`` decomposes that many blocks at once)."""
     d, L, B = s.d_model, s.n_layers, s.n_blocks
-    # a streamed unit in float32 while its largest tensor is cast from the stored dtype
-    unit = 4.0 * (s.unit_params or s.n_params) + s.stored_bytes * s.tensor_params
+    # the twin draws a unit whole in float32 and casts it a slice at a time
+    twin_unit = 4.0 * (s.unit_params or s.n_params) + WRITE_SLICE_BYTES
+    # a streamed pass: a layer in float32 while its largest tensor is cast from the
+    # stored dtype (of the token table only the prompts' rows); a causal LM's head as
+    # stored, cast a slice of the vocabulary at a time
+    unit = 4.0 * (s.layer_params or s.unit_params or s.n_params) + s.stored_bytes * (
+        s.layer_tensor_params or s.tensor_params
+    )
+    head = s.stored_bytes * s.vocab_params + HEAD_SLICE_BYTES
     states32 = (L + 1) * w.tokens * d * 4.0
     layer64 = w.tokens * d * 8.0  # one state of every token in float64
     inner = s.inner or d
@@ -297,34 +324,36 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
         8.0 * (d * inner + 3 * d * r + 8 * n * n) if s.factored else block64 + eig64
     )
     phases = {
-        "random_model": {"streamed twin": unit},
+        "random_model": {"streamed twin": twin_unit},
         "extract_weights": {"block": block64 + 2 * 4.0 * d * inner},
         "spectra": {"blocks": min(max(int(threads), 1), B) * spectra_block + results},
         # transformers' tuple of states and their copy; then the real model's float32
         # states stay while the simplified runs read weights.h5 a block at a time (the
-        # block in use and the next one while it is read) with the current block's F or
+        # one in use let go before the next is read) with the current block's F or
         # factors, each state reduced to its metrics as it is computed
         "propagate": {
             "streamed real model": unit + 2 * states32,
-            "simplified runs": 2 * block64
+            "simplified runs": block64
             + 8.0 * (2 * d * r if s.factored else d * d)
             + states32
             + STREAM_LAYERS * layer64,
         },
         "steer": {
-            "streamed embeddings": unit,
+            # the token table's rows of the prompts' ids and the embedding output
+            "streamed embeddings": 2 * w.tokens * d * (4.0 + 8.0),
             # the variants' W_O', Delta and F' (d x d each) are held together
-            # weights.h5 read a block at a time: the block in use, the next being read
+            # weights.h5 read a block at a time (the one in use let go before the next)
             # the unchanged run a state at a time (its last two kept); ``threads``
-            # variants at once, each with W_O', Delta and its decomposition (F' and the
-            # d x d work arrays where the block is dense, the r x r ones if factored);
-            # of every variant recorded, its W_O'
-            "simplified steering": 2 * block64
+            # variants at once, each with W_O' (Delta is kept as its rank-one factors), a
+            # copy of it for the steered last layer's run, and its decomposition (F' and
+            # the d x d work arrays where the block is dense, the r x r ones if factored);
+            # of every variant recorded, its W_O' cast to float32 for the causal LM
+            "simplified steering": block64
             + STREAM_LAYERS * layer64
             + min(max(int(threads), 1), w.variants)
             * 8.0
-            * (3 * d * inner + (0.0 if s.factored else d * d) + 8 * n * n)
-            + w.variants * d * inner * 8.0,
+            * (2 * d * inner + (0.0 if s.factored else d * d) + 8 * n * n)
+            + w.variants * d * inner * 4.0,
             # the variants' W_O (cast to float32 before the model streams; a transposed
             # copy for GPT-2's Conv1D), the replayed layer output with one layer's
             # activations; the unchanged pass and the variants advance together (a unit
@@ -332,7 +361,7 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             # Nothing grows with depth since glibc maps large blocks apart from its heap
             # while a model streams (streaming.STREAM_MMAP_THRESHOLD; before, the peak
             # grew by about two float32 states per layer: heap fragmentation)
-            "streamed causal LM": unit
+            "streamed causal LM": max(unit, head)
             + w.variants * d * inner * 4.0
             + d * inner * 4.0
             + (w.variants + 2) * w.tokens * d * 4.0

@@ -65,11 +65,15 @@ __all__ = [
 
 @dataclass
 class SteeringResult:
-    """Outcome of one W_O modification (all float64, package convention (out, in))."""
+    """Outcome of one W_O modification (all float64, package convention (out, in)).
+
+    Both methods change W_O by a rank-one Delta = outer(left, right) / scale (Sec. 3.3),
+    kept as those factors: at Llama-3-70B's width a Delta is 0.54 GB, and a variant's
+    result held it beside W_O'."""
 
     method: str
     W_O: np.ndarray  # modified output projection (d_model, n_heads*d_head)
-    delta: np.ndarray  # W_O' - W_O
+    delta_factors: tuple[np.ndarray, np.ndarray, float]  # (left, right, scale) of Delta
     W_V: np.ndarray  # the layer's (unchanged, expanded) value projection
     target_eigenvalue: float  # c * r
     old_spectral_radius: float  # r
@@ -78,6 +82,11 @@ class SteeringResult:
     u_is_leading: bool  # c r is (one of) F''s eigenvalues of largest real part
     eigenvalues: np.ndarray  # of F', sorted as in spectra.py (a factored F': its r listed)
     directions: dict[str, Any]  # of F' (spectra.directions): the steered last layer's
+
+    @property
+    def delta(self) -> np.ndarray:
+        """Delta = W_O' - W_O (d_model x n_heads*d_head, formed on request)."""
+        return _rank_one(*self.delta_factors)
 
     @property
     def F(self) -> np.ndarray:
@@ -144,34 +153,44 @@ def steer(
     rhs = target * u - F @ u  # what Delta must add to F u
     a = W_V @ u
     if method == "min_norm":
-        delta = _min_norm_delta(rhs, a)
+        factors = _min_norm_delta(rhs, a)
     elif method == "lstsq":
         pinv = W_V_pinv if W_V_pinv is not None else _pinv(W_V, rcond)
-        delta = np.outer(rhs, u @ pinv)
+        factors = (rhs, u @ pinv, 1.0)
     else:
         raise ValueError(f"method must be 'min_norm' or 'lstsq', got {method!r}")
-    W_new = W_O + delta
+    W_new = _rank_one(*factors)
+    W_new += W_O  # W_O + Delta, without a second d x k array
     F_new = W_new @ W_V
     lam, column = spectra.sorted_eigenpairs(F_new)
     return _steering_result(
-        method, W_O, W_new, delta, W_V, target, r, F_new @ u - target * u,
+        method, W_O, W_new, factors, W_V, target, r, F_new @ u - target * u,
         lam, spectra.directions(lam, column, F_new.shape[0]), top=lam.real.max(),
     )  # fmt: skip
 
 
-def _min_norm_delta(rhs: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """The smallest Delta (Frobenius norm) with Delta a = rhs, a = W_V u (Sec. 3.3)."""
+def _min_norm_delta(rhs: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The smallest Delta (Frobenius norm) with Delta a = rhs, a = W_V u (Sec. 3.3):
+    outer(rhs, a) / |a|^2, as its factors (:func:`_rank_one`)."""
     na2 = float(a @ a)
     if na2 == 0.0:
         raise ValueError("W_V u = 0: no change of W_O alone can make u an eigenvector")
-    return np.outer(rhs, a) / na2
+    return rhs, a, na2
+
+
+def _rank_one(left: np.ndarray, right: np.ndarray, scale: float) -> np.ndarray:
+    """outer(left, right) / scale, in one array (the same values as written out)."""
+    out = np.outer(left, right)
+    if scale != 1.0:
+        out /= scale
+    return out
 
 
 def _steering_result(
     method: str,
     W_O: np.ndarray,
     W_new: np.ndarray,
-    delta: np.ndarray,
+    delta_factors: tuple[np.ndarray, np.ndarray, float],
     W_V: np.ndarray,
     target: float,
     r: float,
@@ -184,14 +203,17 @@ def _steering_result(
     stored residual (u an exact eigenvector: round-off), ``top`` F''s largest real
     eigenvalue, which decides whether u is now the leading direction."""
     scale = max(abs(target), np.finfo(float).tiny)
+    left, right, s = delta_factors
+    # ||outer(l, r) / s||_F = ||l|| ||r|| / |s|: no d x k array for a norm
+    delta_norm = float(np.linalg.norm(left) * np.linalg.norm(right) / abs(s))
     return SteeringResult(
         method=method,
         W_O=W_new,
-        delta=delta,
+        delta_factors=delta_factors,
         W_V=W_V,
         target_eigenvalue=float(target),
         old_spectral_radius=r,
-        relative_change=float(np.linalg.norm(delta) / np.linalg.norm(W_O)),
+        relative_change=delta_norm / float(np.linalg.norm(W_O)),
         residual=float(np.linalg.norm(miss) / scale),
         u_is_leading=bool(target >= top - 1e-9 * max(1.0, abs(top))),
         eigenvalues=eigenvalues,
@@ -251,10 +273,11 @@ def _steer_factored(
     elif method == "lstsq":
         pinv = W_V_pinv if W_V_pinv is not None else _pinv(W_Vg, rcond)
         g = n_heads // n_kv_heads
-        delta = np.outer(rhs, expand_rows(u @ pinv, n_heads, n_kv_heads) / g)
+        delta = (rhs, expand_rows(u @ pinv, n_heads, n_kv_heads) / g, 1.0)
     else:
         raise ValueError(f"method must be 'min_norm' or 'lstsq', got {method!r}")
-    W_new = W_O + delta
+    W_new = _rank_one(*delta)
+    W_new += W_O  # W_O + Delta, without a second d x k array
     spec = spectra.spectrum_factored(*factors(W_new), eta=1.0)
     top = max(float(spec["eigenvalues"].real.max()), 0.0)  # F' has exact zeros too
     return _steering_result(
@@ -748,19 +771,18 @@ def steering_dataset(
     u = _unit(model_space(mw, e))
     methods, cs = list(cfg["methods"]), [float(c) for c in cfg["c"]]
     out = _SteeringArrays((len(methods), len(cs)), *ids.shape, mw.n_layers, mw.layer_block)
-    W_O_new = _simplified_steering(
-        mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress, threads
-    )
     fam = mw.family
     causal_lm = adapter_class(fam).causal_lm
-    del mw, weights
     # the causal LM computes in streaming.COMPUTE_DTYPE and casts each W_O to it as it
-    # runs: cast here once instead, one variant at a time, so that the float64 ones
-    # (6 x 0.54 GB at Llama-3-70B's width) are not held while it streams; the same
-    # values reach it
+    # runs: each variant's is cast once as it is made instead, so that the float64 ones
+    # (6 x 0.54 GB at Llama-3-70B's width) are never held together; the same values
+    # reach it. Without a causal LM none is kept.
     compute = streaming.COMPUTE_DTYPE
-    for i, W in enumerate(W_O_new):
-        W_O_new[i] = W.astype(compute) if causal_lm else None
+    W_O_new = _simplified_steering(
+        mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress, threads,
+        keep=(lambda W: W.astype(compute)) if causal_lm else (lambda W: None),
+    )  # fmt: skip
+    del mw, weights
     gc.collect()
     if causal_lm:
         if progress:
@@ -800,9 +822,10 @@ def _simplified_steering(
     directions: Sequence[Mapping[str, Any]] | None,
     progress: Callable[[str], None] | None,
     threads: int,
-) -> list[np.ndarray]:
+    keep: Callable[[np.ndarray], Any] = lambda W: W,
+) -> list[Any]:
     """Every (method, c) variant through the simplified model, recorded in ``out``;
-    returns the steered W_O of each variant in (method, c) order."""
+    returns ``keep`` of the steered W_O of each variant in (method, c) order."""
     last = int(mw.layer_block[-1])
     if directions is None:
         directions = [block_principal_directions(mw, b) for b in mw.blocks]
@@ -857,7 +880,7 @@ def _simplified_steering(
                 np.stack([before_last, final]), res.directions["v1"][None]
             )
             out.record(i, j, base_final, final, base_layers, last_layer, u, R, res)
-            W_O_new.append(res.W_O)
+            W_O_new.append(keep(res.W_O))
         del results
     return W_O_new
 

@@ -15,6 +15,15 @@ tensor, or the memory-mapped ``pytorch_model*.bin``), casts them to the compute 
 unit that was resident before: at most one unit's weights exist at any moment, and the
 model is a plain ``transformers`` model for everything else (hooks, hidden states).
 
+The vocabulary's two units are never held whole in the compute dtype (Llama-3-70B's
+token table is 128,256 x 8192: 4.2 GB in float32): the input embedding reads only the
+rows of the ids it is given (its pre-hook renumbers the ids into them; the looked-up
+values are the table's), and a causal LM's head stays resident in its stored dtype and
+is applied a slice of the vocabulary at a time (:data:`HEAD_SLICE_BYTES`), each slice
+cast as it is used. Float tensors of safetensors files are read by plain reads into
+their own buffer (``checkpoint.read_rows``): a memory-mapped read followed by a copy
+held the tensor twice.
+
 Several forwards that differ only from one module on (steering's variants of the last
 layer's W_O) run in *lockstep* (:func:`forwards_in_lockstep`): each in a thread of its
 own, the threads taking turns, all of them through a unit before the next is read, so
@@ -50,6 +59,7 @@ from typing import Any
 
 from specalign.io import InputFileError
 from specalign.runtime import HEAP_CEILING, set_mmap_threshold
+from specalign.transformers import checkpoint
 from specalign.transformers.extract import CheckpointReader, find_prefix, read_config
 from specalign.transformers.families import FamilyAdapter, adapter_for
 
@@ -60,6 +70,12 @@ DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2}
 #: Blocks of at least this many bytes are mapped apart from glibc's heap while a
 #: model streams (see LayerStream)
 STREAM_MMAP_THRESHOLD = 2**20
+
+#: The output head (vocabulary x d) is applied in slices of about this many bytes in
+#: the compute dtype: it stays resident in its stored dtype, and a slice at a time is
+#: cast, so that Llama-3-70B's head (128,256 x 8192: 4.2 GB in float32) costs its
+#: 2.1 GB of bf16 and one slice. A head within one slice is applied whole, as before.
+HEAD_SLICE_BYTES = 2**28
 
 #: The dtype a streamed model computes in unless its caller names another: the
 #: issue's float32, whatever the checkpoint stores (callers that prepare tensors for
@@ -72,30 +88,55 @@ class LayerTooLargeError(InputFileError):
 
 
 class _TorchCheckpoint(CheckpointReader):
-    """The checkpoint's tensors as torch tensors in their stored dtype, one at a time."""
+    """The checkpoint's tensors as torch tensors in their stored dtype, one at a time.
+
+    Float tensors of safetensors files are read by plain reads
+    (:func:`specalign.transformers.checkpoint.read_rows`), so that a tensor costs its
+    own bytes of memory and no mapped pages beside them; other dtypes and ``.bin``
+    files go through their libraries."""
+
+    def __init__(self, model_dir: Path) -> None:
+        super().__init__(model_dir)
+        self._headers: dict[Path, dict[str, dict[str, Any]]] = {}
+
+    def entry(self, key: str) -> dict[str, Any] | None:
+        """The safetensors header entry of ``key`` when it is read by plain reads."""
+        file = self._where[key]
+        if file.suffix != ".safetensors":
+            return None
+        if file not in self._headers:
+            self._headers[file] = checkpoint.read_header(file)
+        entry = self._headers[file][key]
+        return entry if entry["dtype"] in checkpoint.FLOAT_DTYPES else None
 
     def tensor(self, key: str) -> Any:
+        return self.rows(key)
+
+    def rows(self, key: str, start: int = 0, stop: int | None = None) -> Any:
+        """Rows ``[start, stop)`` of tensor ``key`` (all of it by default)."""
         file = self._where[key]
         try:
+            entry = self.entry(key)
+            if entry is not None:
+                return checkpoint.read_rows(file, entry, start, stop)
             if file.suffix == ".safetensors":
                 from safetensors import safe_open
 
                 # opened per tensor: a handle kept open would keep every page read mapped
                 with safe_open(file, framework="pt") as handle:
-                    return handle.get_tensor(key).clone()
-            return self._handle(file)[key].clone()
+                    if start == 0 and stop is None:
+                        return handle.get_tensor(key).clone()
+                    return handle.get_slice(key)[start:stop].clone()
+            whole = self._handle(file)[key]
+            return (whole if start == 0 and stop is None else whole[start:stop]).clone()
+        except InputFileError:
+            raise
         except Exception as exc:
             raise InputFileError(f"{file}: cannot read tensor {key!r} ({exc})") from exc
 
     def row(self, key: str, index: int) -> Any:
-        """Row ``index`` of a 2-d tensor, without reading the rest from a safetensors file."""
-        file = self._where[key]
-        if file.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(file, framework="pt") as handle:
-                return handle.get_slice(key)[int(index) : int(index) + 1][0].clone()
-        return self._handle(file)[key][int(index)].clone()
+        """Row ``index`` of a 2-d tensor, without reading the rest."""
+        return self.rows(key, int(index), int(index) + 1)[0]
 
     def file_of(self, key: str) -> Path:
         return self._where[key]
@@ -169,6 +210,20 @@ def model_units(model: Any, adapter: FamilyAdapter) -> dict[str, list[str]]:
     return units
 
 
+def _input_embeddings(model: Any) -> Any:
+    try:
+        return model.get_input_embeddings()
+    except (NotImplementedError, AttributeError):
+        return None
+
+
+def _output_embeddings(model: Any) -> Any:
+    try:
+        return model.get_output_embeddings()
+    except (NotImplementedError, AttributeError):
+        return None
+
+
 def _head_class(kind: str) -> Any:
     from transformers import AutoModel, AutoModelForCausalLM
 
@@ -226,12 +281,32 @@ class LayerStream:
         self.lockstep: _Lockstep | None = None
         self.loads = 0
         self.bytes_read = 0
+        #: every parameter's full shape (a unit read in part is put back to it)
+        self.shapes = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)}
+        # the vocabulary's units (module doc): the input embedding reads the rows of the
+        # ids it is given, the output head stays in its stored dtype, applied in slices
+        self.embedding_path = self._unit_of(_input_embeddings(model), "Embedding")
+        self.head_path = self._unit_of(_output_embeddings(model), "Linear")
+        # the embedding's padding index, renumbered with the ids while its rows are in
+        self.padding_idx = (
+            model.get_submodule(self.embedding_path).padding_idx if self.embedding_path else None
+        )
         self._hooks = [
             model.get_submodule(path).register_forward_pre_hook(
                 lambda m, a, path=path: self._enter(path, m)
             )
             for path in self.units
+            if path != self.embedding_path
         ]
+        if self.embedding_path is not None:
+            self._hooks.append(
+                model.get_submodule(self.embedding_path).register_forward_pre_hook(
+                    self._enter_embedding, with_kwargs=True
+                )
+            )
+        if self.head_path is not None:
+            head = model.get_submodule(self.head_path)
+            head.forward = self.unit_forward(self.head_path, head)
         self._hooks.append(model.register_forward_hook(lambda *a: self._end()))
         for module in model.modules():  # buffers (rotary tables, ids) on the device
             for name, buf in module._buffers.items():
@@ -259,6 +334,84 @@ class LayerStream:
 
     def _is_layer(self, path: str) -> bool:
         return path.rpartition(".")[2].isdigit()
+
+    def _unit_of(self, module: Any, kind: str) -> str | None:
+        """The path of ``module`` when it is a unit of its own and a plain
+        ``torch.nn`` ``kind`` (Embedding, Linear; subclasses that keep its forward);
+        None otherwise (read whole, as any unit)."""
+        import torch
+
+        cls = getattr(torch.nn, kind)
+        if module is None or not isinstance(module, cls):
+            return None
+        if kind == "Linear" and type(module).forward is not cls.forward:
+            return None
+        return next(
+            (p for p in self.units if not self._is_layer(p)
+             and self.model.get_submodule(p) is module),
+            None,
+        )  # fmt: skip
+
+    def unit_forward(self, path: str, module: Any) -> Callable[..., Any]:
+        """The forward unit ``path`` computes with: the class's own, or for the output
+        head its application in slices of the vocabulary (:data:`HEAD_SLICE_BYTES`)."""
+        if path != self.head_path:
+            return type(module).forward.__get__(module)
+        import torch.nn.functional as F
+
+        def forward(x: Any) -> Any:
+            W, b = module.weight, module.bias
+            V, d = W.shape
+            step = max(1, HEAD_SLICE_BYTES // (d * x.element_size()))
+            if step >= V:
+                return F.linear(x, W.to(x.dtype), b)
+            out = x.new_empty((*x.shape[:-1], V))
+            for a in range(0, V, step):
+                out[..., a : a + step] = F.linear(
+                    x, W[a : a + step].to(x.dtype), None if b is None else b[a : a + step]
+                )
+            return out
+
+        return forward
+
+    def _enter_embedding(self, module: Any, args: tuple, kwargs: dict) -> Any:
+        """The input embedding's pre-hook: the unit entered as any, then only the rows of
+        the ids in its input read (cast to the compute dtype) and the ids renumbered
+        into them; the row values and the lookup are those of the whole table."""
+        import torch
+
+        path = self.embedding_path
+        self._enter(path, module)
+        step = self.lockstep
+        if step is not None and step.replays():
+            return None
+        ids = args[0] if args else next(iter(kwargs.values()))
+        ids_cpu = ids.detach().to("cpu", torch.long)
+        rows, inverse = torch.unique(ids_cpu, return_inverse=True)
+        name = f"{path}.weight"
+        key = self.keys[name]
+        vocab = self.shapes[name][0]
+        if rows.numel() and not (0 <= int(rows[0]) and int(rows[-1]) < vocab):
+            raise IndexError(f"token ids outside the vocabulary of {vocab} rows")
+        parts, first = [], 0
+        values = rows.tolist()
+        for i in range(1, len(values) + 1):  # consecutive ids in one read
+            if i == len(values) or values[i] != values[i - 1] + 1:
+                parts.append(self.ckpt.rows(key, values[first], values[i - 1] + 1))
+                first = i
+        table = torch.cat(parts) if parts else self.ckpt.rows(key, 0, 0)
+        self.bytes_read += table.numel() * table.element_size()
+        module._parameters["weight"] = torch.nn.Parameter(
+            table.to(device=self.device, dtype=self.dtype), requires_grad=False
+        )
+        pad = self.padding_idx
+        hit = (rows == pad).nonzero() if pad is not None else ()
+        module.padding_idx = int(hit[0, 0]) if len(hit) else None
+        new_ids = inverse.reshape(ids.shape).to(ids.device)
+        if args:
+            return (new_ids, *args[1:]), kwargs
+        first_key = next(iter(kwargs))
+        return args, {**kwargs, first_key: new_ids}
 
     def _has(self, name: str) -> bool:
         tied = self._tied.get(name, [name])
@@ -305,10 +458,13 @@ class LayerStream:
             module.apply(self.model._init_weights)
             self.loads += 1
             return
+        if path == self.embedding_path:
+            self.loads += 1  # its rows are read by its hook, which knows the ids
+            return
         for name in self.units[path]:
             owner_path, _, leaf = name.rpartition(".")
             owner = self.model.get_submodule(owner_path)
-            want = tuple(owner._parameters[leaf].shape)
+            want = self.shapes[name]
             key = self.keys[name]
             t = self.ckpt.tensor(key)
             self.bytes_read += t.numel() * t.element_size()
@@ -317,8 +473,10 @@ class LayerStream:
                     f"{self.ckpt.file_of(key)}: tensor {key!r} has shape {tuple(t.shape)}, "
                     f"the model's {name} {want}"
                 )
+            # the head's weight stays as stored; its forward casts a slice at a time
+            dtype = t.dtype if name == f"{self.head_path}.weight" else self.dtype
             owner._parameters[leaf] = torch.nn.Parameter(
-                t.to(device=self.device, dtype=self.dtype), requires_grad=False
+                t.to(device=self.device, dtype=dtype), requires_grad=False
             )
         self.loads += 1
 
@@ -331,10 +489,12 @@ class LayerStream:
         for name in self.units[self.resident]:
             owner_path, _, leaf = name.rpartition(".")
             owner = self.model.get_submodule(owner_path)
-            p = owner._parameters[leaf]
             owner._parameters[leaf] = torch.nn.Parameter(
-                torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=False
+                torch.empty(self.shapes[name], dtype=self.dtype, device="meta"),
+                requires_grad=False,
             )
+        if self.resident == self.embedding_path:
+            self.model.get_submodule(self.resident).padding_idx = self.padding_idx
         self.resident = None
         gc.collect()
 
@@ -361,6 +521,8 @@ class LayerStream:
         self.release()
         for h in self._hooks:
             h.remove()
+        if self.head_path is not None:
+            self.model.get_submodule(self.head_path).__dict__.pop("forward", None)
         self.ckpt.close()
         # the float64 work that follows reuses its heap blocks again: glibc's threshold
         # as it stands after a model's large frees (mapping every temporary anew page-
@@ -575,7 +737,7 @@ class _Lockstep:
     def forward(self, path: str, module: Any) -> Callable[..., Any]:
         """Unit ``path``'s forward in lockstep: computed (and recorded by forward 0 before
         ``start``), or replayed by the other forwards before ``start``."""
-        compute = type(module).forward.__get__(module)
+        compute = self.stream.unit_forward(path, module)
         is_layer = self.stream._is_layer(path)
 
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -651,6 +813,7 @@ def forwards_in_lockstep(model: Any, start: Any, calls: Sequence[Callable[[], An
         raise ValueError(f"{type(start).__name__} is not a unit of the streamed model")
     step = _Lockstep(stream, path, len(calls))
     modules = {p: model.get_submodule(p) for p in stream.units}
+    own = {p: m.__dict__["forward"] for p, m in modules.items() if "forward" in m.__dict__}
     for p, module in modules.items():
         module.forward = step.forward(p, module)
     results: list[Any] = [None] * len(calls)
@@ -667,8 +830,10 @@ def forwards_in_lockstep(model: Any, start: Any, calls: Sequence[Callable[[], An
             t.join()
     finally:
         stream.lockstep = None
-        for module in modules.values():
+        for p, module in modules.items():
             module.__dict__.pop("forward", None)
+            if p in own:  # the stream's own forward (the sliced head)
+                module.forward = own[p]
         stream.release()
     if errors:
         first = next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), None)
