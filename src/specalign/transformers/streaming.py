@@ -429,11 +429,25 @@ class LayerStream:
         )
 
     def unit_bytes(self, compute_bytes: int) -> dict[str, int]:
-        """Unit path -> its resident bytes once materialised in the compute dtype."""
-        return {
-            path: sum(math.prod(self.model.get_parameter(n).shape) * compute_bytes for n in names)
-            for path, names in self.units.items()
-        }
+        """Unit path -> its resident bytes once materialised: its parameters in the
+        compute dtype, except the vocabulary's (module doc): the input embedding's
+        table not at all (the rows of the ids at hand are read), the head's as stored
+        with one slice cast."""
+        out = {}
+        for path, names in self.units.items():
+            total = 0
+            for n in names:
+                size = math.prod(self.shapes[n])
+                if path == self.embedding_path and n == f"{path}.weight":
+                    continue
+                if path == self.head_path and n == f"{path}.weight":
+                    entry = self.ckpt.entry(self.keys[n])
+                    stored = checkpoint.DTYPE_BYTES[entry["dtype"]] if entry else compute_bytes
+                    total += size * stored + min(HEAD_SLICE_BYTES, size * compute_bytes)
+                    continue
+                total += size * compute_bytes
+            out[path] = total
+        return out
 
     # ------------------------------------------------------------------ the hooks
     def _enter(self, path: str, module: Any) -> None:
