@@ -257,6 +257,7 @@ def run_job(
         info["states"] = list(states.shape)
         info["finite"] = bool(np.isfinite(states).all())
     elif job == "steer_real":
+        from specalign.io import DiskStack
         from specalign.transformers import steer, streaming
 
         X0, e = steer.model_inputs(ckpt, ids, TARGET_ID, device)
@@ -265,8 +266,15 @@ def run_job(
         name = f"model.layers.{cfg['num_hidden_layers'] - 1}.self_attn.o_proj.weight"
         W = stream.ckpt.tensor(stream.keys[name]).double().numpy()
         rng = np.random.default_rng(0)
-        variants = [W + 0.01 * (i + 1) * rng.standard_normal(W.shape) for i in range(N_VARIANTS)]
+        # in the compute dtype and on disk, as the steer rule hands them over
+        # (steer.steering_dataset)
+        variants = DiskStack()
+        for i in range(N_VARIANTS):
+            new = W + 0.01 * (i + 1) * rng.standard_normal(W.shape)
+            variants.append(new.astype(streaming.COMPUTE_DTYPE))
+        del W, new
         before, after = steer.next_token_probs(lm, ids, TARGET_ID, variants)
+        variants.close()
         info["loads"] = stream.loads
         info["gib_read"] = stream.bytes_read / GIB
         info["p_finite"] = bool(np.isfinite(before).all() and np.isfinite(after).all())
@@ -287,21 +295,22 @@ def run_job(
 
         write_netcdf(folder / "spectra.nc", ds)  # as the rule does (propagate, steer read it)
     elif job == "propagate":  # the rule's kernel (scripts/transformers/propagate.py)
-        from specalign.io import read_netcdf, write_netcdf
+        from specalign.io import DiskStack, read_netcdf, write_netcdf
         from specalign.transformers import contracts, spectra
 
         cfg_p = PAPER_PROPAGATION
         from specalign.transformers import propagate as prop
 
         ids = hf.prompt_ids(ckpt, PAPER_PROMPTS)
-        hidden = hf.real_forward_hidden_states(
-            ckpt, ids, device=device, dtype=hf.torch_dtype(cfg_p["real_dtype"])
-        )
-        mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)
-        dirs = spectra.block_directions(read_netcdf(folder / "spectra.nc"), "spectra.nc")
-        run = prop.propagation_run(
-            mw, hidden, PAPER_ETA, cfg_p, seed=0, directions=dirs, threads=threads
-        )
+        with DiskStack() as hidden:  # as the rule: the real states in a file
+            hf.streamed_states(
+                ckpt, ids, hidden, device=device, dtype=hf.torch_dtype(cfg_p["real_dtype"])
+            )
+            mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)
+            dirs = spectra.block_directions(read_netcdf(folder / "spectra.nc"), "spectra.nc")
+            run = prop.propagation_run(
+                mw, hidden, PAPER_ETA, cfg_p, seed=0, directions=dirs, threads=threads
+            )
         info["modes"] = run.layers
         ds = run.dataset
         write_netcdf(folder / "propagation.nc", ds, headline=("gamma", "psi", "rho"))

@@ -1,6 +1,6 @@
 """Token propagation through the simplified and the real model, with null levels."""
 
-from specalign.io import read_netcdf, write_netcdf
+from specalign.io import DiskStack, read_netcdf, write_netcdf
 from specalign.runtime import torch_device
 from specalign.transformers import contracts, hf, lineage, propagate, spectra
 from specalign.workflow import LogProgress, log, param_json, run_script
@@ -39,24 +39,27 @@ def main(smk):
             ids.shape[1],
         )
     cfg = settings["propagation"]
-    # the real model first: it is freed before the float64 weights are read
-    hidden = hf.real_forward_hidden_states(
-        model_dir, ids, device=device, dtype=hf.torch_dtype(cfg["real_dtype"])
-    )
-    # a block at a time: each simplified run reads the blocks as it reaches them
-    mw = contracts.read_weights_h5(smk.input.weights, lazy=True)
-    directions = spectra.block_directions(spectra_ds, smk.input.spectra)
-    # each state is reduced to its metrics as it is computed: the runs are never held
-    run = propagate.propagation_run(
-        mw,
-        hidden,
-        settings["eta"],
-        cfg,
-        seed=int(settings["prompts"]["seed"]),
-        directions=directions,
-        progress=LogProgress(2, "simplified runs", every=0.0),
-        threads=smk.threads,
-    )
+    # the real model first, its states kept in a temporary file as its layers produce
+    # them (never all in memory beside the streamed layer); the model is freed before
+    # the float64 weights are read
+    with DiskStack() as hidden:
+        hf.streamed_states(
+            model_dir, ids, hidden, device=device, dtype=hf.torch_dtype(cfg["real_dtype"])
+        )
+        # a block at a time: each simplified run reads the blocks as it reaches them
+        mw = contracts.read_weights_h5(smk.input.weights, lazy=True)
+        directions = spectra.block_directions(spectra_ds, smk.input.spectra)
+        # each state is reduced to its metrics as it is computed: the runs are never held
+        run = propagate.propagation_run(
+            mw,
+            hidden,
+            settings["eta"],
+            cfg,
+            seed=int(settings["prompts"]["seed"]),
+            directions=directions,
+            progress=LogProgress(2, "simplified runs", every=0.0),
+            threads=smk.threads,
+        )
     for mode, n in run.layers.items():
         log.info("mode %s: %d layers", mode, n)
     ds = run.dataset

@@ -21,7 +21,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -480,3 +480,67 @@ def require(mapping: Mapping[str, Any], names: list[str] | tuple[str, ...], path
     missing = [n for n in names if n not in mapping]
     if missing:
         raise InputFileError(f"{path}: missing {', '.join(missing)} (data contract)")
+
+
+class DiskStack(Sequence[np.ndarray]):
+    """Arrays of one shape and dtype kept in a temporary file and read back one at a
+    time: a stack a job needs in turn but not at once (a model's token states layer by
+    layer, steering's W_O variants), off its memory. Plain writes and reads: nothing is
+    mapped, so only the array read is resident. ``shape`` and ``dtype`` are those of the
+    whole stack; a context manager, the file removed on exit (or by :meth:`close`)."""
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
+        fd, name = tempfile.mkstemp(prefix="specalign-stack-", suffix=".bin", dir=folder)
+        self.path = Path(name)
+        self._file = os.fdopen(fd, "w+b", buffering=0)  # arrays are written whole
+        self._n = 0
+        self._item: tuple[int, ...] | None = None
+        self.dtype: np.dtype | None = None
+
+    def __enter__(self) -> DiskStack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
+
+    def append(self, X: np.ndarray) -> None:
+        X = np.ascontiguousarray(X)
+        if self._item is None:
+            self._item, self.dtype = X.shape, X.dtype
+        elif (X.shape, X.dtype) != (self._item, self.dtype):
+            raise ValueError(f"array {self._n} is {X.shape} {X.dtype}, the first was "
+                             f"{self._item} {self.dtype}")  # fmt: skip
+        self._file.seek(0, os.SEEK_END)
+        view = memoryview(X).cast("B")
+        done = 0
+        while done < len(view):  # a raw write may take part of it
+            done += self._file.write(view[done:])
+        self._n += 1
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self._n, *(self._item or ()))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, t: Any) -> Any:
+        if isinstance(t, slice):
+            return [self[i] for i in range(*t.indices(self._n))]
+        t = int(t)
+        if not -self._n <= t < self._n:
+            raise IndexError(f"array {t} of {self._n}")
+        assert self._item is not None and self.dtype is not None
+        X = np.empty(self._item, self.dtype)
+        self._file.seek((t % self._n) * X.nbytes)
+        view, done = memoryview(X).cast("B"), 0
+        while done < len(view):  # a raw read may return part of it
+            got = self._file.readinto(view[done:])
+            if not got:
+                raise OSError(f"{self.path}: array {t} is cut short")
+            done += got
+        return X

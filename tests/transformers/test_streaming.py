@@ -25,7 +25,7 @@ import tiny_models
 import torch
 from tiny_models import CONFIGS
 
-from specalign.io import InputFileError
+from specalign.io import DiskStack, InputFileError
 from specalign.transformers import hf, streaming
 from specalign.transformers import steer as st
 
@@ -76,6 +76,25 @@ def test_streamed_states_equal_the_whole_model(tmp_models: Path, case: str) -> N
     base = hf.load_base_model(folder)
     E = base.get_input_embeddings().weight.detach().double().numpy()
     np.testing.assert_array_equal(e, E[5])
+
+
+@pytest.mark.parametrize("case", list(CONFIGS))
+def test_states_written_as_the_layers_produce_them(tmp_models: Path, case: str) -> None:
+    """Issue 33: the streamed states appended to a file layer by layer (no tuple of
+    every state in memory) are the whole model's hidden states bit for bit, on every
+    family; read back a state at a time, with the shape and dtype of the stack."""
+    folder = _folder(tmp_models, case)
+    ids = _ids(case)
+    whole = hf.real_forward_hidden_states(folder, ids, stream=False)
+    with DiskStack(tmp_models) as states:
+        hf.streamed_states(folder, ids, states)
+        assert states.shape == whole.shape and states.dtype == whole.dtype, case
+        for t, X in enumerate(states):
+            np.testing.assert_array_equal(X, whole[t], err_msg=f"{case} state {t}")
+        np.testing.assert_array_equal(states[-1], whole[-1])
+        path = states.path
+        assert path.exists() and path.stat().st_size == whole.nbytes
+    assert not path.exists()
 
 
 def test_one_unit_resident_at_a_time(tmp_models: Path) -> None:
@@ -219,6 +238,15 @@ def test_streamed_steering_reads_each_tensor_once(tmp_models: Path, case: str) -
     for got, w in zip(after, want[1:], strict=True):
         np.testing.assert_array_equal(got, w)
     assert not np.allclose(after[0], before)  # the variants do change the output
+    # the steer rule's variants: cast to the compute dtype and kept on disk (io.DiskStack),
+    # read as each forward reaches the layer; the same probabilities bit for bit
+    with DiskStack(tmp_models) as stack:
+        for W_new in variants:
+            stack.append(W_new.astype(streaming.COMPUTE_DTYPE))
+        again_before, again_after = st.next_token_probs(slm, ids, 3, stack)
+    np.testing.assert_array_equal(again_before, before)
+    for got, w in zip(again_after, after, strict=True):
+        np.testing.assert_array_equal(got, w)
     streaming.close_stream(slm)
 
 

@@ -484,3 +484,35 @@ def test_a_flipped_bit_in_any_chunk_fails_the_read(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(InputFileError, match=str(path)):
         read_h5(path)
+
+
+def test_disk_stack_gives_back_what_was_appended_one_array_at_a_time(tmp_path):
+    """io.DiskStack (issue 33: the real model's states and steering's W_O variants kept
+    off memory): each array read back bit for bit, by index from either end and in
+    order, with the stack's shape and dtype; another shape or dtype is refused naming
+    both; the file is gone after the block."""
+    from specalign.io import DiskStack
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((3, 4, 5)).astype(np.float32) for _ in range(4)]
+    with DiskStack(tmp_path) as stack:
+        assert len(stack) == 0 and stack.shape == (0,)
+        for a in arrays:
+            stack.append(a)
+        path = stack.path
+        assert path.parent == tmp_path and path.stat().st_size == 4 * arrays[0].nbytes
+        assert stack.shape == (4, 3, 4, 5) and stack.dtype == np.float32
+        assert np.shape(stack) == (4, 3, 4, 5)
+        for got, want in zip(stack, arrays, strict=True):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(stack[-1], arrays[-1])
+        np.testing.assert_array_equal(stack[1:3][1], arrays[2])
+        stack.append(arrays[0].T.copy().T)  # any memory layout of the same shape
+        np.testing.assert_array_equal(stack[4], arrays[0])
+        with pytest.raises(IndexError):
+            stack[5]
+        with pytest.raises(ValueError, match=r"\(3, 4, 6\) float32.*\(3, 4, 5\) float32"):
+            stack.append(np.zeros((3, 4, 6), np.float32))
+        with pytest.raises(ValueError, match="float64"):
+            stack.append(np.zeros((3, 4, 5)))
+    assert not path.exists()

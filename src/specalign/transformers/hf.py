@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from specalign.io import InputFileError
+from specalign.io import DiskStack, InputFileError
 from specalign.runtime import heap_set_aside
 from specalign.transformers import streaming
 from specalign.transformers.families import adapter_class
@@ -33,6 +33,7 @@ __all__ = [
     "prompt_ids",
     "random_prompts",
     "real_forward_hidden_states",
+    "streamed_states",
     "text_prompts",
     "torch_dtype",
 ]
@@ -238,6 +239,53 @@ def real_forward_hidden_states(
         return model_hidden_states(model, input_ids, final_norm=final_norm)
     finally:
         streaming.close_stream(model)
+
+
+def streamed_states(
+    model_dir: str | os.PathLike[str],
+    input_ids: np.ndarray,
+    out: DiskStack,
+    device: str = "cpu",
+    dtype: Any = None,
+    mem_limit: int | None = None,
+) -> DiskStack:
+    """:func:`real_forward_hidden_states` (``final_norm=False``) of the streamed model,
+    each state appended to ``out`` as its layer produces it: the input of the first
+    layer, then every layer's output, the residual stream. transformers' own tuple of
+    hidden states is not asked for, so no state stays in memory: at Llama-3-70B's width
+    the float32 states are 33 MB a layer, 2.6 GB at 80 layers, which sat beside the
+    streamed layer (3.4 GB) and made propagate's peak grow with depth. Returns ``out``."""
+    import torch
+
+    ids = np.asarray(input_ids)
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
+    model = streaming.streamed_model(model_dir, "base", device, dtype, mem_limit=mem_limit)
+    stream = model.specalign_stream
+    layers = model.get_submodule(streaming.layers_path(model, stream.adapter))
+    to_host = torch.float64 if stream.dtype == torch.float64 else torch.float32
+
+    def keep(X: Any) -> None:
+        out.append(X.detach().to("cpu", to_host).numpy())
+
+    def first(_m: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
+        if not len(out):  # ALBERT calls its one layer group for every layer
+            keep(args[0] if args else kwargs["hidden_states"])
+
+    hooks = [layers[0].register_forward_pre_hook(first, with_kwargs=True)]
+    hooks += [
+        layer.register_forward_hook(lambda _m, _a, o: keep(o[0] if isinstance(o, tuple) else o))
+        for layer in layers
+    ]
+    try:
+        with torch.no_grad():
+            t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
+            model(input_ids=t_ids, attention_mask=torch.ones_like(t_ids))
+    finally:
+        for h in hooks:
+            h.remove()
+        streaming.close_stream(model)
+    return out
 
 
 def model_hidden_states(model: Any, input_ids: np.ndarray, final_norm: bool = False) -> np.ndarray:

@@ -31,19 +31,20 @@ slice of the vocabulary cast (``streaming.HEAD_SLICE_BYTES``):
   eigen-decomposition (about 8 d^2 x 8); a factored one (r < d) reads only W_V', W_O
   and W_O' (d H d_head + 3 d r) and decomposes the r x r product (8 r^2 x 8); the
   per-block results (the directions and listed eigenvalues) of every block;
-* ``propagate``: the streamed unit with the float32 hidden states of every layer (twice
-  while transformers' tuple is copied out), then one block's float64 weights (read from
-  ``weights.h5`` a block at a time, the one in use let go before the next is read) and the
-  current block's
-  F or factors, with those states; the simplified runs are reduced to their metrics a
+* ``propagate``: the streamed unit with a layer's float32 states (each state is written
+  to a temporary file as its layer produces it, ``io.DiskStack``), then one block's
+  float64 weights (read from ``weights.h5`` a block at a time, the one in use let go
+  before the next is read) and the current block's F or factors, the real states read
+  back one at a time; the simplified runs are reduced to their metrics a
   state at a time (:class:`specalign.transformers.metrics.MetricsStream`), so beside
   them only a few layers' states in float64 are held (``STREAM_LAYERS``), never a run;
 * ``steer``: the prompts' rows of the token table for the embedding output; one
   block's float64 weights (read a block at a time, as propagate) with a few layers'
   states (the unchanged run is reduced a state at a time), ``threads`` variants in the
-  making (W_O', with Delta W_O as its rank-one factors, and their decomposition) and
-  every finished variant's W_O' in float32; the streamed causal LM with the variants'
-  W_O, its layer or its head, the replayed layer output and, since the unchanged model
+  making (W_O', with Delta W_O as its rank-one factors, and their decomposition), every
+  finished variant's W_O' written to disk in float32 (``io.DiskStack``); the streamed
+  causal LM with one variant's W_O read back at a time, its layer or its head, the
+  replayed layer output and, since the unchanged model
   and the variants advance through the units together (each unit read once), the
   hidden states and last position's logits of each. Nothing there grows with depth:
   glibc maps large blocks apart from its heap while a model streams
@@ -295,7 +296,7 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
     """The arrays the job of ``rule`` holds in each of its phases (see the module doc),
     in bytes, by phase name; the phases that stream the real model are ``streamed*``.
     ``threads``: the job's cores (``spectra`` decomposes that many blocks at once)."""
-    d, L, B = s.d_model, s.n_layers, s.n_blocks
+    d, B = s.d_model, s.n_blocks
     # the twin draws a unit whole in float32 and casts it a slice at a time
     twin_unit = 4.0 * (s.unit_params or s.n_params) + WRITE_SLICE_BYTES
     # a streamed pass: a layer in float32 while its largest tensor is cast from the
@@ -305,7 +306,6 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
         s.layer_tensor_params or s.tensor_params
     )
     head = s.stored_bytes * s.vocab_params + HEAD_SLICE_BYTES
-    states32 = (L + 1) * w.tokens * d * 4.0
     layer64 = w.tokens * d * 8.0  # one state of every token in float64
     inner = s.inner or d
     r, n = s.rank or inner, s.eig_size
@@ -327,15 +327,14 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
         "random_model": {"streamed twin": twin_unit},
         "extract_weights": {"block": block64 + 2 * 4.0 * d * inner},
         "spectra": {"blocks": min(max(int(threads), 1), B) * spectra_block + results},
-        # transformers' tuple of states and their copy; then the real model's float32
-        # states stay while the simplified runs read weights.h5 a block at a time (the
+        # the real model's states go to a file as they come (a layer's input and output
+        # in memory); then the simplified runs read weights.h5 a block at a time (the
         # one in use let go before the next is read) with the current block's F or
         # factors, each state reduced to its metrics as it is computed
         "propagate": {
-            "streamed real model": unit + 2 * states32,
+            "streamed real model": unit + 2 * w.tokens * d * 4.0,
             "simplified runs": block64
             + 8.0 * (2 * d * r if s.factored else d * d)
-            + states32
             + STREAM_LAYERS * layer64,
         },
         "steer": {
@@ -347,23 +346,21 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
             # variants at once, each with W_O' (Delta is kept as its rank-one factors), a
             # copy of it for the steered last layer's run, and its decomposition (F' and
             # the d x d work arrays where the block is dense, the r x r ones if factored);
-            # of every variant recorded, its W_O' cast to float32 for the causal LM
+            # every variant's W_O' is cast to float32 and written to disk as it is made
             "simplified steering": block64
             + STREAM_LAYERS * layer64
             + min(max(int(threads), 1), w.variants)
             * 8.0
-            * (2 * d * inner + (0.0 if s.factored else d * d) + 8 * n * n)
-            + w.variants * d * inner * 4.0,
-            # the variants' W_O (cast to float32 before the model streams; a transposed
-            # copy for GPT-2's Conv1D), the replayed layer output with one layer's
-            # activations; the unchanged pass and the variants advance together (a unit
-            # read once for all): each one's states and last position's logits at once.
-            # Nothing grows with depth since glibc maps large blocks apart from its heap
-            # while a model streams (streaming.STREAM_MMAP_THRESHOLD; before, the peak
-            # grew by about two float32 states per layer: heap fragmentation)
+            * (2 * d * inner + (0.0 if s.factored else d * d) + 8 * n * n),
+            # one variant's W_O read back from disk when its forward reaches the layer
+            # (and its transposed copy for GPT-2's Conv1D), the replayed layer output
+            # with one layer's activations; the unchanged pass and the variants advance
+            # together (a unit read once for all): each one's states and last position's
+            # logits at once. Nothing grows with depth since glibc maps large blocks
+            # apart from its heap while a model streams (streaming.STREAM_MMAP_THRESHOLD;
+            # before, the peak grew by about two float32 states per layer)
             "streamed causal LM": max(unit, head)
-            + w.variants * d * inner * 4.0
-            + d * inner * 4.0
+            + 2 * d * inner * 4.0
             + (w.variants + 2) * w.tokens * d * 4.0
             + (w.variants + 2) * w.n_prompts * s.vocab_size * 4.0,
         },

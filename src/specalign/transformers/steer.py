@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
-from specalign.io import InputFileError
+from specalign.io import DiskStack, InputFileError
 from specalign.runtime import heap_set_aside
 from specalign.transformers import contracts, hf, metrics, propagate, spectra, streaming
 from specalign.transformers.directions import block_principal_directions, layer_directions
@@ -477,19 +477,19 @@ def next_token_probs(
     module, transposed = _out_projection(model, layer)
     n_layers = int(model.config.num_hidden_layers)
     changed = layer % n_layers
-    stored = []
-    for W in variants:
-        W = np.asarray(W)
-        if not np.issubdtype(W.dtype, np.floating):
-            raise ValueError(f"new W_O must be floating point, got {W.dtype}")
-        st = W.T if transposed else W
+    # each variant checked here and read again when its forward uses it: a stack on
+    # disk (io.DiskStack, the steer rule's) is then in memory one variant at a time
+    stored = _InLayout(variants, transposed)
+    for k, st in enumerate(stored):
+        if not np.issubdtype(st.dtype, np.floating):
+            raise ValueError(f"new W_O must be floating point, got {st.dtype}")
         if tuple(module.weight.shape) != st.shape:
             layout = "(in, out)" if transposed else "(out, in)"
             raise ValueError(
-                f"new W_O {W.shape} does not fit the output projection "
+                f"new W_O {np.shape(variants[k])} does not fit the output projection "
                 f"{tuple(module.weight.shape)} (stored {layout})"
             )
-        stored.append(st)
+        del st
     t_ids = torch.as_tensor(ids, dtype=torch.long, device=device)
     # only the last position's logits are read: the head (V x d per token, the largest
     # product of a Llama-3 pass) runs on that position alone where the LM allows it
@@ -541,6 +541,23 @@ def next_token_probs(
         for i in range(changed):
             layers[i].__dict__.pop("forward", None)
     return before, after
+
+
+class _InLayout(Sequence[np.ndarray]):
+    """The W_O variants in the output projection's stored layout (transposed for GPT-2's
+    Conv1D), each read from ``variants`` when it is asked for."""
+
+    def __init__(self, variants: Sequence[np.ndarray], transposed: bool) -> None:
+        self.variants, self.transposed = variants, transposed
+
+    def __len__(self) -> int:
+        return len(self.variants)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        W = np.asarray(self.variants[k])
+        return W.T if self.transposed else W
 
 
 def _streamed_probs(
@@ -774,27 +791,29 @@ def steering_dataset(
     fam = mw.family
     causal_lm = adapter_class(fam).causal_lm
     # the causal LM computes in streaming.COMPUTE_DTYPE and casts each W_O to it as it
-    # runs: each variant's is cast once as it is made instead, so that the float64 ones
-    # (6 x 0.54 GB at Llama-3-70B's width) are never held together; the same values
-    # reach it. Without a causal LM none is kept.
+    # runs: each variant's is cast once as it is made instead, and kept on disk until
+    # its forward uses it (io.DiskStack: at Llama-3-70B's width the six float64 W_O' are
+    # 3.2 GB, in float32 1.6), the same values reaching it. Without a causal LM none is
+    # kept.
     compute = streaming.COMPUTE_DTYPE
-    W_O_new = _simplified_steering(
-        mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress, threads,
-        keep=(lambda W: W.astype(compute)) if causal_lm else (lambda W: None),
-    )  # fmt: skip
-    del mw, weights
-    gc.collect()
-    if causal_lm:
-        if progress:
-            progress("next-token probabilities through the causal LM")
-        # loaded once, after the float64 weights are gone
-        lm = streaming.streamed_model(model_dir, "causal_lm", device, hf.torch_dtype(compute))
-        try:
-            before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
-        finally:
-            streaming.close_stream(lm)
-        out.p_before[...] = before
-        out.p_after[...] = np.reshape(after, out.p_after.shape)
+    with DiskStack() as W_O_new:
+        _simplified_steering(
+            mw, X0, eta, u, methods, cs, out, seed, null_draws, directions, progress,
+            threads, keep=lambda W: W_O_new.append(W.astype(compute)) if causal_lm else None,
+        )  # fmt: skip
+        del mw, weights
+        gc.collect()
+        if causal_lm:
+            if progress:
+                progress("next-token probabilities through the causal LM")
+            # loaded once, after the float64 weights are gone
+            lm = streaming.streamed_model(model_dir, "causal_lm", device, hf.torch_dtype(compute))
+            try:
+                before, after = next_token_probs(lm, ids, target.token_id, W_O_new)
+            finally:
+                streaming.close_stream(lm)
+            out.p_before[...] = before
+            out.p_after[...] = np.reshape(after, out.p_after.shape)
     ds = out.dataset(methods, cs, u)
     ds.attrs.update(
         target_text=cfg["target_text"],
