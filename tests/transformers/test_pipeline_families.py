@@ -35,7 +35,7 @@ import yaml
 from snakemake_helpers import planned_jobs, run_snakemake
 
 from specalign.config import load_yaml, validate_config
-from specalign.io import write_netcdf
+from specalign.io import DiskStack, write_netcdf
 from specalign.transformers import (
     contracts,
     extract,
@@ -115,13 +115,14 @@ def families_in_process(repo, tmp_path_factory):
         directions = spectra.block_directions(ds, str(out / "spectra.nc"))
         ids = hf.prompt_ids(dirs[name], tcfg["prompts"])
         pcfg = tcfg["propagation"]
-        hidden = hf.real_forward_hidden_states(
-            dirs[name], ids, device="cpu", dtype=hf.torch_dtype(pcfg["real_dtype"])
-        )
-        run = propagate.propagation_run(
-            mw, hidden, tcfg["eta"], pcfg, seed=int(tcfg["prompts"]["seed"]),
-            directions=directions,
-        )  # fmt: skip
+        with DiskStack() as hidden:  # as the rule: each state to disk as it comes
+            hf.streamed_states(
+                dirs[name], ids, hidden, device="cpu", dtype=hf.torch_dtype(pcfg["real_dtype"])
+            )
+            run = propagate.propagation_run(
+                mw, hidden, tcfg["eta"], pcfg, seed=int(tcfg["prompts"]["seed"]),
+                directions=directions,
+            )  # fmt: skip
         write_netcdf(out / "propagation.nc", run.dataset)
         steered = steer.steering_dataset(
             out / "weights.h5", dirs[name], ids, tcfg["eta"], tcfg["steering"],

@@ -16,6 +16,7 @@ import pytest
 import xarray as xr
 from tiny_models import TINY_CONFIGS
 
+from specalign.io import DiskStack
 from specalign.transformers import directions, linalg, metrics, spectra, steer
 from specalign.transformers import propagate as prop
 from specalign.transformers.families import adapter_class
@@ -103,6 +104,12 @@ def test_streamed_propagation_is_the_result_of_the_whole_runs(name, corr):
     # the two correlations side by side on two threads: the same bits
     two = prop.propagation_run(mw, hidden.astype(np.float32), ETA, cfg, seed=2, threads=2)
     xr.testing.assert_identical(two.dataset, run.dataset)
+    # the real states read a state at a time from disk, as the rule gives them
+    with DiskStack() as stack:
+        for X in hidden.astype(np.float32):
+            stack.append(X)
+        on_disk = prop.propagation_run(mw, stack, ETA, cfg, seed=2)
+    xr.testing.assert_identical(on_disk.dataset, run.dataset)
     assert run.layers == {m: s.shape[0] - 1 for m, s in states.items()}
     assert list(run.dataset.mode.values) == list(states)
     assert run.first_nonfinite == {}

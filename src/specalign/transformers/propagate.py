@@ -433,7 +433,7 @@ class PropagationRun(NamedTuple):
 
 def propagation_run(
     mw: ModelWeights,
-    hidden: np.ndarray,
+    hidden: Sequence[np.ndarray],
     eta: float,
     cfg: Mapping[str, Any],
     seed: int,
@@ -443,9 +443,11 @@ def propagation_run(
 ) -> PropagationRun:
     """:func:`propagation_dataset` of :func:`propagation_states`, each state reduced to
     its metrics as it is computed (:class:`~specalign.transformers.metrics.MetricsStream`):
-    besides the real model's states ``hidden`` (float32, as computed) only a layer's
-    states are held, never the T + 1 of a simplified run (issue 14: at Llama-3-70B's
-    width the two 81-state runs of 1000 tokens would be 10.6 GB in float64). The values
+    only a layer's states are held, never the T + 1 of a simplified run (issue 14: at
+    Llama-3-70B's width the two 81-state runs of 1000 tokens would be 10.6 GB in
+    float64). ``hidden``, the real model's states (float32, as computed), is read a state
+    at a time: an array, or a :class:`specalign.io.DiskStack` from
+    :func:`specalign.transformers.hf.streamed_states` (the propagate rule's). The values
     are those of the whole runs, bit for bit.
 
     ``progress(done, 2)`` is called after each simplified run; ``threads``: the job's
