@@ -336,9 +336,10 @@ class LayerStream:
         return path.rpartition(".")[2].isdigit()
 
     def _unit_of(self, module: Any, kind: str) -> str | None:
-        """The path of ``module`` when it is a unit of its own and a plain
-        ``torch.nn`` ``kind`` (Embedding, Linear; subclasses that keep its forward);
-        None otherwise (read whole, as any unit)."""
+        """The path of ``module`` when it is a unit of its own, read from the
+        checkpoint, and a plain ``torch.nn`` ``kind`` (Embedding, Linear; subclasses that
+        keep its forward); None otherwise (held whole, as any unit: a head that a base
+        model's checkpoint lacks is initialised whole in the compute dtype)."""
         import torch
 
         cls = getattr(torch.nn, kind)
@@ -347,7 +348,7 @@ class LayerStream:
         if kind == "Linear" and type(module).forward is not cls.forward:
             return None
         return next(
-            (p for p in self.units if not self._is_layer(p)
+            (p for p in self.units if not self._is_layer(p) and p not in self.initialised
              and self.model.get_submodule(p) is module),
             None,
         )  # fmt: skip
