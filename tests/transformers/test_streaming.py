@@ -335,9 +335,11 @@ def test_a_base_checkpoint_streamed_as_a_causal_lm(tmp_models: Path, case: str) 
     path = next(p for p in stream.units if slm.get_submodule(p) is head)
     assert path in stream.initialised and stream.head_path is None
     V, d = slm_shape(folder)
-    assert stream.unit_bytes(4)[path] == 4 * sum(
-        math.prod(stream.shapes[n]) for n in stream.units[path]
-    ) >= 4 * V * d
+    assert (
+        stream.unit_bytes(4)[path]
+        == 4 * sum(math.prod(stream.shapes[n]) for n in stream.units[path])
+        >= 4 * V * d
+    )
     seen: list = []
     hook = head.register_forward_hook(
         lambda m, a, o: seen.append((a[0].clone(), m.weight.clone(), o.clone()))
@@ -348,7 +350,7 @@ def test_a_base_checkpoint_streamed_as_a_causal_lm(tmp_models: Path, case: str) 
     finally:
         hook.remove()
         streaming.close_stream(slm)
-    (x, W, logits), = seen
+    ((x, W, logits),) = seen
     assert W.dtype == torch.float32 and torch.isfinite(W).all() and W.abs().max() > 0
     torch.testing.assert_close(x, final, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(logits, x @ W.T, rtol=1e-5, atol=1e-6)
