@@ -257,7 +257,7 @@ def streamed_states(
     streamed layer (3.4 GB) and made propagate's peak grow with depth. Returns ``out``."""
     import torch
 
-    ids = np.asarray(input_ids)
+    ids = np.ascontiguousarray(input_ids)  # torch takes no negative strides
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
     model = streaming.streamed_model(model_dir, "base", device, dtype, mem_limit=mem_limit)
@@ -268,8 +268,10 @@ def streamed_states(
     def keep(X: Any) -> None:
         out.append(X.detach().to("cpu", to_host).numpy())
 
+    start = len(out)
+
     def first(_m: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
-        if not len(out):  # ALBERT calls its one layer group for every layer
+        if len(out) == start:  # ALBERT calls its one layer group for every layer
             keep(args[0] if args else kwargs["hidden_states"])
 
     hooks = [layers[0].register_forward_pre_hook(first, with_kwargs=True)]
@@ -307,7 +309,7 @@ def model_hidden_states(model: Any, input_ids: np.ndarray, final_norm: bool = Fa
     """
     import torch
 
-    ids = np.asarray(input_ids)
+    ids = np.ascontiguousarray(input_ids)  # torch takes no negative strides
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be (n_prompts, n_tokens), got {ids.shape}")
     if not final_norm:
