@@ -41,6 +41,8 @@ def main(smk):
         )
     if ds.attrs["target_warning"]:
         log.warning("%s (steering table column target_warning)", ds.attrs["target_warning"])
+    if ds.attrs["probs_warning"]:
+        log.warning("%s", ds.attrs["probs_warning"])
     ds.attrs.update(
         model=smk.wildcards.model,
         prompts_requested=int(settings["prompts"]["n_prompts"]),

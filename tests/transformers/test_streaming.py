@@ -361,6 +361,40 @@ def test_a_base_checkpoint_streamed_as_a_causal_lm(tmp_models: Path, case: str) 
     torch.testing.assert_close(logits, x @ W.T, rtol=1e-5, atol=1e-6)
 
 
+def test_steering_a_base_checkpoint_draws_no_head(tmp_models: Path, tmp_path: Path) -> None:
+    """Issue 29 (5): a base model's checkpoint has no output head, and next-token
+    probabilities through one drawn at random (unseeded: other numbers at every run)
+    are no model's. The steering rule's computation measures the simplified steering
+    and leaves the probabilities NaN, saying why, in its attributes, the steering
+    table's caption and the reproduction report's warnings; a checkpoint with its head
+    (stored, or tied as GPT-2's) has it found."""
+    from specalign.transformers.extract import extract_to_h5
+    from specalign.transformers.reproduction import _input_warnings
+    from specalign.transformers.tables import _steering_caption
+
+    folder = tmp_models / "gpt_neox_base"
+    if not folder.exists():
+        tiny_models.build("gpt_neox", head=False).to(torch.float32).save_pretrained(str(folder))
+    assert not streaming.output_head_stored(folder)
+    assert streaming.output_head_stored(_folder(tmp_models, "gpt2"))  # tied
+    assert streaming.output_head_stored(_folder(tmp_models, "llama"))
+    weights = tmp_path / "weights.h5"
+    extract_to_h5(folder, weights)
+    cfg = {"target_text": "", "target_id": 5, "c": [2.0], "methods": ["min_norm"]}
+    ids = _ids("gpt_neox")
+    runs = [st.steering_dataset(weights, folder, ids, 1.0, cfg, 0, 2) for _ in range(2)]
+    ds = runs[0]
+    assert np.isnan(ds["p_before"].values).all() and np.isnan(ds["p_after"].values).all()
+    assert np.isfinite(ds["gamma_u"].values).all() and float(ds["residual"].max()) < 1e-10
+    warning = ds.attrs["probs_warning"]
+    assert ds.attrs["causal_lm"] == 0 and str(folder) in warning and "output head" in warning
+    assert warning in _steering_caption("py_step0", ds)
+    assert any(warning in line for line in _input_warnings({}, {"py_step0": ds}))
+    import xarray as xr
+
+    xr.testing.assert_identical(runs[1], ds)  # nothing drawn: the same numbers again
+
+
 def slm_shape(folder: Path) -> tuple[int, int]:
     config = json.loads((folder / "config.json").read_text())
     return int(config["vocab_size"]), int(config.get("hidden_size") or config["n_embd"])

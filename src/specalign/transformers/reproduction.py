@@ -327,7 +327,8 @@ def _input_warnings(
     prop_by_model: Mapping[str, xr.Dataset], steer_by_model: Mapping[str, xr.Dataset]
 ) -> list[str]:
     """Warnings about what the results rest on: fewer usable prompts than asked for, a
-    steering target that is only the first of several tokens."""
+    steering target that is only the first of several tokens, next-token probabilities
+    left out for a checkpoint without its output head."""
     lines = []
     for name in sorted(set(prop_by_model) | set(steer_by_model)):
         ds = prop_by_model.get(name, steer_by_model.get(name))
@@ -339,9 +340,10 @@ def _input_warnings(
                 f"are skipped); every number of {name} rests on {int(used)} prompt(s)."
             )
     for name in sorted(steer_by_model):
-        warning = str(steer_by_model[name].attrs.get("target_warning", ""))
-        if warning:
-            lines.append(f"- **Warning** ({name}, steering): {warning}.")
+        for key in ("target_warning", "probs_warning"):
+            warning = str(steer_by_model[name].attrs.get(key, ""))
+            if warning:
+                lines.append(f"- **Warning** ({name}, steering): {warning}.")
     return lines + [""] if lines else []
 
 

@@ -763,7 +763,8 @@ def steering_dataset(
     ``relative_change`` = |Delta W_O|_F / |W_O|_F, ``residual`` = |F' u - c r u| / |c r|,
     ``target_eigenvalue``, ``u_is_leading`` (method, c); for causal language models
     ``p_before``, ``p_after`` (method, c, prompt): the probability of the target token as
-    the next token through the LM head, before and after the change (NaN otherwise).
+    the next token through the LM head, before and after the change (NaN otherwise, and
+    for a checkpoint without its output head: attribute ``probs_warning`` says so).
 
     ``weights``: the model's ``ModelWeights``, or the path of its ``weights.h5``, read only
     after the model that gives the embedding output is freed and dropped before the causal
@@ -790,6 +791,17 @@ def steering_dataset(
     out = _SteeringArrays((len(methods), len(cs)), *ids.shape, mw.n_layers, mw.layer_block)
     fam = mw.family
     causal_lm = adapter_class(fam).causal_lm
+    # next-token probabilities only through the checkpoint's own head (issue 29, 5)
+    probs_warning = ""
+    if causal_lm and not streaming.output_head_stored(model_dir):
+        causal_lm = False
+        probs_warning = (
+            f"{model_dir} holds no output head (a base model's weights): next-token "
+            "probabilities are not computed (NaN), since a head drawn at random would "
+            "give numbers of no model"
+        )
+        if progress:
+            progress(f"warning: {probs_warning}")
     # the causal LM computes in streaming.COMPUTE_DTYPE and casts each W_O to it as it
     # runs: each variant's is cast once as it is made instead, and kept on disk until
     # its forward uses it (io.DiskStack: at Llama-3-70B's width the six float64 W_O' are
@@ -823,6 +835,7 @@ def steering_dataset(
         eta=float(eta),
         family=fam,
         causal_lm=int(causal_lm),
+        probs_warning=probs_warning,
         null_draws=int(null_draws),
     )
     return ds

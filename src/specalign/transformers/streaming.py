@@ -429,6 +429,17 @@ class LayerStream:
             "fix: a complete checkpoint of the model"
         )
 
+    @property
+    def head_stored(self) -> bool:
+        """Whether the model's output head is read from the checkpoint (stored, or tied
+        to a stored input embedding). False for a causal LM over a base model's
+        checkpoint: its head is drawn at random when it is materialised."""
+        head = _output_embeddings(self.model)
+        if head is None:
+            return False
+        path = next(p for p, m in self.model.named_modules() if m is head)
+        return all(self._has(f"{path}.{n}") for n, _ in head.named_parameters())
+
     def unit_bytes(self, compute_bytes: int) -> dict[str, int]:
         """Unit path -> its resident bytes once materialised: its parameters in the
         compute dtype, except the vocabulary's (module doc): the input embedding's
@@ -611,6 +622,19 @@ def streamed_model(
     check_units_fit(stream, torch.empty((), dtype=dtype).element_size(), limit, str(model_dir))
     model.specalign_stream = stream
     return model
+
+
+def output_head_stored(model_dir: str | os.PathLike[str]) -> bool:
+    """Whether the checkpoint in ``model_dir`` holds its causal LM's output head
+    (:attr:`LayerStream.head_stored`), from the model's skeleton and the checkpoint's
+    tensor names; no weight is read. A base model's weights (a Pythia-style repository
+    of ``GPTNeoXModel``) hold none: next-token probabilities through the head that
+    ``from_pretrained`` would draw at random, unseeded, are no model's."""
+    model = streamed_model(model_dir, "causal_lm")
+    try:
+        return model.specalign_stream.head_stored
+    finally:
+        close_stream(model)
 
 
 def stream_of(model: Any) -> LayerStream | None:

@@ -417,12 +417,13 @@ def _propagation_caption(model: str, prop: xr.Dataset) -> str:
 
 
 def _steering_caption(model: str, steer: xr.Dataset) -> str:
-    warning = str(steer.attrs.get("target_warning", ""))
+    warnings = [str(steer.attrs.get(k, "")) for k in ("target_warning", "probs_warning")]
     return (
         f"Steering the last layer towards '{steer.attrs.get('target_text', '?')}', "
         f"{model}: per method and c, the relative W_O change, the eigenvector residual, "
         "gamma_u original/steered with its random-direction null, and the next-token "
-        "probability (NaN for non-causal models)." + (f" Warning: {warning}." if warning else "")
+        "probability (NaN for non-causal models and checkpoints without their output "
+        "head)." + "".join(f" Warning: {w}." for w in warnings if w)
     )
 
 
