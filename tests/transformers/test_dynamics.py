@@ -8,6 +8,8 @@ checkpoint extraction code. Last-layer steering: test_steering.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -378,6 +380,19 @@ def test_prompts():
     with pytest.raises(ValueError):
         hf.text_prompts(tok, ["a b"], 3)
 
+
+def test_prompt_lines_end_at_line_feeds_only(tmp_path: Path) -> None:
+    """Issue 29: one prompt per line, whatever Unicode separators a line holds (U+2028
+    and the others str.splitlines ends lines at split one prompt into two), and line
+    ends as written on any system."""
+    inside = ["\u2028", "\u2029", "\x85", "\x0c", "\x0b", "\x1c", "\x1d", "\x1e"]
+    lines = [f"one {sep} prompt" for sep in inside] + ["last line"]
+    for end in ("\n", "\r\n", "\r"):
+        path = tmp_path / "prompts.txt"
+        path.write_bytes(end.join(lines).encode("utf-8"))
+        assert hf.prompt_lines(path) == lines, repr(end)
+    path.write_bytes(b"a b c\n\nd e f\n")
+    assert hf.prompt_lines(path) == ["a b c", "", "d e f", ""]
 
 
 @pytest.mark.parametrize("corr", ["cosine", "pearson"])

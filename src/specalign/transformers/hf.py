@@ -31,6 +31,7 @@ __all__ = [
     "load_tokenizer",
     "model_hidden_states",
     "prompt_ids",
+    "prompt_lines",
     "random_prompts",
     "real_forward_hidden_states",
     "streamed_states",
@@ -79,6 +80,15 @@ def text_prompts(
     if not rows:
         raise ValueError(f"no line has at least {n_tokens} tokens")
     return np.asarray(rows, dtype=np.int64)
+
+
+def prompt_lines(path: str | os.PathLike[str]) -> list[str]:
+    """The lines of a prompt file (UTF-8, one prompt per line). A line ends at a line
+    feed, a carriage return or both (as written on any system), and nowhere else:
+    ``str.splitlines`` also ends lines at U+2028 and U+2029, U+0085, form feeds and the
+    separators U+001C-U+001E, which would cut one prompt of a text into two."""
+    with open(path, encoding="utf-8", newline=None) as f:  # "\r\n" and "\r" read as "\n"
+        return f.read().split("\n")
 
 
 def load_tokenizer(model_dir: str | Path) -> Any | None:
@@ -153,7 +163,7 @@ def prompt_ids(model_dir: str | Path, cfg: Mapping[str, Any]) -> np.ndarray:
     if tok is None:
         raise InputFileError(f"{model_dir}: no tokenizer files for {cfg['kind']} prompts")
     if cfg["kind"] == "text":
-        lines = Path(cfg["text_file"]).read_text(encoding="utf-8").splitlines()
+        lines = prompt_lines(cfg["text_file"])
     else:
         try:
             import datasets
