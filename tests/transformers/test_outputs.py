@@ -8,7 +8,9 @@ constructed datasets whose expected values can be computed by hand.
 
 from __future__ import annotations
 
+import copy
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -26,6 +28,8 @@ from specalign.transformers import tables as tt
 from specalign.transformers.contracts import write_weights_h5
 from specalign.transformers.figures.depth import _spans_a_decade
 from specalign.transformers.weights import BlockWeights, ModelWeights, shares_weights
+
+REPO = Path(__file__).resolve().parents[2]
 
 ETA = 1.0
 D = 8
@@ -90,6 +94,34 @@ SPHERE_CFG = {
     "d": 3, "n": 10, "heads": 5, "eigenvalues": [1.0, 0.4, -0.6], "eta": 0.5, "beta": 1.0,
     "steps": 80, "perturbations": [0.01, 1.0], "seed": 0,
 }  # fmt: skip
+
+
+def test_sphere_steps_at_least_what_a_rate_needs() -> None:
+    """Issue 29: sphere.steps below what a measured rate needs is refused at validation,
+    naming the key (1 to 4 steps were accepted, then the job failed); the schema's
+    minimum is sphere.rate_min_steps(), and at it the job measures a rate. A run whose
+    gamma reaches 1 in fewer layers than a fit needs, whatever its steps (a data
+    matter), stores NaN and why, and the report calls the rate undecided."""
+    from specalign.config import ConfigError, load_yaml, validate_config
+    from specalign.transformers.claims import claim5_rows
+
+    schema = load_yaml(REPO / "config" / "schema.yaml")
+    steps = schema["properties"]["transformers"]["properties"]["sphere"]["properties"]["steps"]
+    assert steps["minimum"] == sphere.rate_min_steps()
+    base = load_yaml(REPO / "config" / "test.yaml")
+    for n in (1, sphere.rate_min_steps() - 1):
+        cfg = copy.deepcopy(base)
+        cfg["transformers"]["sphere"] = {**SPHERE_CFG, "steps": n}
+        with pytest.raises(ConfigError, match=r"transformers\.sphere\.steps"):
+            validate_config(cfg)
+    ds = sphere.sphere_dataset({**SPHERE_CFG, "steps": sphere.rate_min_steps()})
+    assert np.isfinite(ds.attrs["rate_measured"]) and ds.attrs["rate_note"] == ""
+    fast = sphere.sphere_dataset({**SPHERE_CFG, "eigenvalues": [1.0, 0.0, 0.0], "eta": 1e5})
+    assert np.isnan(fast.attrs["rate_measured"])
+    assert fast.attrs["rate_note"].startswith("rate not measured: 1 layers before gamma")
+    _, lines = claim5_rows(fast)
+    (line,) = [x for x in lines if x.startswith("- Convergence to v1")]
+    assert fast.attrs["rate_note"] in line and line.endswith("-> undecided.")
 
 
 @pytest.fixture(scope="module")

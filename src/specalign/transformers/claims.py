@@ -515,11 +515,13 @@ def claim5_rows(sphere: xr.Dataset) -> tuple[list[dict[str, Any]], list[str]]:
         }
         for r in df.to_dict("records")
     ]
-    return rows, _stability_lines(df) + _figure13_lines(sphere) + _figure14_lines(sphere)
+    note = str(sphere.attrs.get("rate_note", ""))
+    return rows, _stability_lines(df, note) + _figure13_lines(sphere) + _figure14_lines(sphere)
 
 
-def _stability_lines(df: pd.DataFrame) -> list[str]:
-    """Verdicts on the Jacobians at consensus, the stable point and the rate."""
+def _stability_lines(df: pd.DataFrame, rate_note: str = "") -> list[str]:
+    """Verdicts on the Jacobians at consensus, the stable point and the rate
+    (``rate_note``: why the run measured none, sphere.nc's attribute)."""
     lines = []
     maxdiff = float(df["max_abs_diff"].max())
     lines.append(
@@ -551,6 +553,13 @@ def _stability_lines(df: pd.DataFrame) -> list[str]:
     )
     meas = float(df["rate_measured"].iloc[0])
     pred = float(df["rate_asymptotic"].iloc[0])
+    if np.isnan(meas):  # the run gave no rate to compare (sphere.nc's rate_note)
+        lines.append(
+            f"- Convergence to v1 under full attention: predicted per-step rate {pred:.4f} "
+            f"(|mu_2/mu_1| = {float(df['rate_predicted'].iloc[0]):.4f}); "
+            f"{rate_note or 'rate not measured'} -> undecided."
+        )
+        return lines
     lines.append(
         f"- Convergence to v1 under full attention: measured per-step rate {meas:.4f} vs "
         f"predicted {pred:.4f} (|mu_2/mu_1| = {float(df['rate_predicted'].iloc[0]):.4f}) -> "

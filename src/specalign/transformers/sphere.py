@@ -75,6 +75,7 @@ __all__ = [
     "convergence_rate_prediction",
     "extrinsic_jacobian",
     "measured_convergence_rate",
+    "rate_min_steps",
     "simulate",
     "spectral_radius",
     "step",
@@ -465,6 +466,21 @@ def asymptotic_rate(F: np.ndarray, eta: float, n: int) -> float:
     return float(slow / abs(mu[0]))
 
 
+#: :func:`measured_convergence_rate` needs this many layers above its floor, and fits a
+#: line through at least ``RATE_FIT_POINTS`` of them (the tail).
+RATE_MIN_LAYERS, RATE_FIT_POINTS = 4, 3
+
+
+def rate_min_steps(tail: float = 0.5) -> int:
+    """The fewest layers (sphere steps) in which :func:`measured_convergence_rate` can
+    measure a rate at all (``transformers.sphere.steps``' minimum in the schema); fewer
+    could never give one."""
+    n = RATE_MIN_LAYERS
+    while n - int(round((1.0 - tail) * n)) < RATE_FIT_POINTS:
+        n += 1
+    return n
+
+
 def measured_convergence_rate(gamma: np.ndarray, tail: float = 0.5, floor: float = 1e-6) -> float:
     """Geometric per-layer rate of ``gamma_t -> 1`` measured on ``sin(theta_t)``.
 
@@ -482,14 +498,17 @@ def measured_convergence_rate(gamma: np.ndarray, tail: float = 0.5, floor: float
     else:
         raise ValueError("gamma must be (n_layers,) or (n_layers, n_tokens)")
     valid = np.nonzero(s > floor)[0]
-    if valid.size < 4:
-        raise ValueError("too few layers before gamma reaches 1 to measure a rate")
+    if valid.size < RATE_MIN_LAYERS:
+        raise ValueError(
+            f"{valid.size} layers before gamma reaches 1 (sin theta <= {floor:g}), fewer "
+            f"than the {RATE_MIN_LAYERS} a rate needs"
+        )
     last = valid[-1]
     t = np.arange(last + 1)
     start = int(round((1.0 - tail) * (last + 1)))
     t = t[start:]
-    if t.size < 3:
-        raise ValueError("tail too short to measure a rate")
+    if t.size < RATE_FIT_POINTS:
+        raise ValueError(f"a tail of {t.size} layers, fewer than the {RATE_FIT_POINTS} a fit needs")
     slope = np.polyfit(t, np.log(s[t]), 1)[0]
     return float(np.exp(slope))
 
@@ -553,7 +572,12 @@ def sphere_dataset(cfg: Mapping[str, Any]) -> xr.Dataset:
     numeric_a, closed_a, supp = _consensus_jacobians(F, V, eta, n)
 
     gamma_full = np.abs(full @ v1)  # (steps + 1, n): unit tokens, unit v1
-    rate_measured = measured_convergence_rate(gamma_full[1:])
+    # the rate is the data's: gamma may reach 1 (to the fit's floor) in fewer layers than
+    # a fit needs, whatever the steps; then NaN, and why
+    try:
+        rate_measured, rate_note = measured_convergence_rate(gamma_full[1:]), ""
+    except ValueError as exc:
+        rate_measured, rate_note = float("nan"), f"rate not measured: {exc}"
     ds = xr.Dataset(
         {
             "F": (("row", "col"), F),
@@ -591,6 +615,7 @@ def sphere_dataset(cfg: Mapping[str, Any]) -> xr.Dataset:
         rate_predicted=float(convergence_rate_prediction(F, eta)),
         rate_asymptotic=float(asymptotic_rate(F, eta, n)),
         rate_measured=float(rate_measured),
+        rate_note=rate_note,
         note=(
             "jacobian_closed_form: the tangent-space eigenvalues (1 + eta l_h)/|1 + eta l_k| "
             "and 1/|1 + eta l_k|; jacobian_supplement adds the supplement's n radial values "
