@@ -52,6 +52,30 @@ def test_steering_makes_u_exact_eigenvector():
     assert bad["lstsq"].relative_change > 100 * bad["min_norm"].relative_change
 
 
+def test_steering_to_zero_is_measured_against_the_spectral_radius():
+    """Issue 29: c = 0 sends u into the null space of F'; its residual is relative to r
+    (relative to |c r| = 0 it read 2e291, and the verdict 'u is not an eigenvector')."""
+    from specalign.transformers.claims import steer_verdict
+
+    rng = np.random.default_rng(9)
+    d = 12
+    W_V, W_O = rng.standard_normal((d, d)), rng.standard_normal((d, d))
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    r = np.max(np.abs(np.linalg.eigvals(W_O @ W_V)))
+    for method, res in st.compare_steering(W_O, W_V, u, c=0.0).items():
+        assert res.target_eigenvalue == 0.0 and res.residual < 1e-12, method
+        assert res.residual == pytest.approx(np.linalg.norm(res.F @ u) / r, rel=1e-9, abs=1e-30)
+        assert np.linalg.norm(res.F @ u) < 1e-10 * r
+        row = {"residual": res.residual, "gamma_u_steered": 0.1, "gamma_u_original": 0.5,
+               "gamma_u_null": 0.2, "u_is_leading": res.u_is_leading}  # fmt: skip
+        assert "not an eigenvector" not in steer_verdict(row)
+    # other c: relative to |c r| as before
+    res = st.compare_steering(W_O, W_V, u, c=-0.5)["min_norm"]
+    miss = res.F @ u - res.target_eigenvalue * u
+    assert res.residual == pytest.approx(np.linalg.norm(miss) / (0.5 * r), rel=1e-12)
+
+
 def test_steered_weights_and_gamma():
     F = sym([1.0, 0.8, 0.3, 0.1, -0.2, -0.5], seed=9)
     mw = model_from_F([F], n_heads=2, layer_block=np.zeros(4, dtype=int))  # shared (ALBERT)

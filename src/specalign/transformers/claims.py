@@ -57,7 +57,8 @@ SMALL_GAP = 0.10
 #: Claim (4): steering must raise mean gamma_u by at least this (and put it this far
 #: above the random-direction null) for a plain "holds".
 STEER_MIN_GAIN = 0.05
-#: Claim (4): a residual |F'u - c r u| / |c r| below this means u is an eigenvector.
+#: Claim (4): a residual |F'u - c r u| / |c r| (/ r for c = 0) below this means u is an
+#: eigenvector.
 RESIDUAL_TOL = 1e-6
 #: Claim (5): numeric vs closed-form Jacobian eigenvalue moduli agree within this.
 JACOBIAN_TOL = 1e-8

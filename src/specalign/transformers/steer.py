@@ -78,7 +78,7 @@ class SteeringResult:
     target_eigenvalue: float  # c * r
     old_spectral_radius: float  # r
     relative_change: float  # ||Delta||_F / ||W_O||_F
-    residual: float  # ||F' u - c r u|| / max(|c r|, tiny): 0 when u is an exact eigenvector
+    residual: float  # ||F' u - c r u|| / |c r| (/ r for c = 0): 0 for an exact eigenvector
     u_is_leading: bool  # c r is (one of) F''s eigenvalues of largest real part
     eigenvalues: np.ndarray  # of F', sorted as in spectra.py (a factored F': its r listed)
     directions: dict[str, Any]  # of F' (spectra.directions): the steered last layer's
@@ -202,7 +202,10 @@ def _steering_result(
     """One steering variant's result; ``miss`` is F' u - c r u, whose relative norm is the
     stored residual (u an exact eigenvector: round-off), ``top`` F''s largest real
     eigenvalue, which decides whether u is now the leading direction."""
-    scale = max(abs(target), np.finfo(float).tiny)
+    # relative to the target eigenvalue |c r|; for c = 0 (u sent to F''s null space)
+    # relative to r, the size of F's eigenvalues its round-off follows: against |0| (a
+    # floor of the smallest float) round-off read as 2e291, "not an eigenvector"
+    scale = abs(target) if target != 0 else abs(r)
     left, right, s = delta_factors
     # ||outer(l, r) / s||_F = ||l|| ||r|| / |s|: no d x k array for a norm
     delta_norm = float(np.linalg.norm(left) * np.linalg.norm(right) / abs(s))
@@ -214,7 +217,7 @@ def _steering_result(
         target_eigenvalue=float(target),
         old_spectral_radius=r,
         relative_change=delta_norm / float(np.linalg.norm(W_O)),
-        residual=float(np.linalg.norm(miss) / scale),
+        residual=float(np.linalg.norm(miss) / scale) if scale > 0 else float("nan"),
         u_is_leading=bool(target >= top - 1e-9 * max(1.0, abs(top))),
         eigenvalues=eigenvalues,
         directions=directions,
@@ -760,8 +763,9 @@ def steering_dataset(
     (method, c, variant, token): the same against random unit directions (averaged), the
     chance level; ``gamma_layers`` / ``rho_layers`` (method, c, layer, token / layer): the
     paper's per-layer gamma and rho of the steered model (Figures 3, 10);
-    ``relative_change`` = |Delta W_O|_F / |W_O|_F, ``residual`` = |F' u - c r u| / |c r|,
-    ``target_eigenvalue``, ``u_is_leading`` (method, c); for causal language models
+    ``relative_change`` = |Delta W_O|_F / |W_O|_F, ``residual`` = |F' u - c r u| / |c r|
+    (/ r for c = 0), ``target_eigenvalue``, ``u_is_leading`` (method, c); for causal
+    language models
     ``p_before``, ``p_after`` (method, c, prompt): the probability of the target token as
     the next token through the LM head, before and after the change (NaN otherwise, and
     for a checkpoint without its output head: attribute ``probs_warning`` says so).

@@ -187,7 +187,8 @@ STEERING: dict[str, str] = {
     ),
     "rho_layers": "rho_t = fraction of tokens with psi_t > d*eps, steered model",
     "relative_change": "||W_O' - W_O||_F / ||W_O||_F",
-    "residual": "||F' u - c r u|| / |c r|: 0 when u is an exact eigenvector of the new F'",
+    "residual": "||F' u - c r u|| / |c r| (/ r, the old spectral radius, for c = 0): 0 "
+    "when u is an exact eigenvector of the new F'",
     "target_eigenvalue": "c r, the eigenvalue u was given",
     "u_is_leading": "1 when c r is (one of) the eigenvalues of F' of largest real part",
     "p_before": "next-token probability of the target, original model (NaN if not a causal LM)",
