@@ -77,6 +77,8 @@ rule diagnostics:
         results_path("commutators/{experiment}/diagnostics.nc"),
     params:
         diagnostics=canonical_json(config["commutators"]["diagnostics"]),
+        # what trajectories.h5 must have been trained with (checked by the job)
+        experiment=exp_json("train"),
     threads: THREADS
     resources:
         mem_mb=MEM_MB,

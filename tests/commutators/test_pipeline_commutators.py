@@ -16,6 +16,36 @@ from snakemake_helpers import planned_jobs, run_snakemake
 pytestmark = pytest.mark.pipeline
 
 
+def test_diagnostics_refuse_trajectories_of_other_settings(finished_run):
+    """Issue 29 (4): trajectories.h5 records the training settings it was made with and
+    the diagnostics job checks them against the ones the configuration asks for (every
+    diagnostics job of the finished run passed that check); an ensemble of another
+    depth, width, seeds or schedule is refused naming the file and each setting that
+    differs, with both values."""
+    from specalign.commutators.contracts import check_trajectories_config, read_trajectories
+    from specalign.io import InputFileError
+
+    cfg = yaml.safe_load((finished_run / "config.yaml").read_text())
+    for name in cfg["commutators"]["experiments"]:
+        path = finished_run / "results" / "commutators" / name / "trajectories.h5"
+        traj = read_trajectories(path)
+        asked = dict(traj["config"])
+        check_trajectories_config(traj, asked)
+        for key, value in (("width", asked["width"] + 1), ("hidden", asked["hidden"] + 1),
+                           ("seeds", asked["seeds"] * 2)):  # fmt: skip
+            with pytest.raises(InputFileError) as err:
+                check_trajectories_config(traj, {**asked, key: value})
+            message = str(err.value)
+            assert (
+                str(path) in message
+                and f"{key} {asked[key]} (the configuration: {value})" in message
+            )
+            assert "\n" not in message
+        training = {**asked["training"], "lr": asked["training"]["lr"] * 2}
+        with pytest.raises(InputFileError, match="training"):
+            check_trajectories_config(traj, {**asked, "training": training})
+
+
 def test_trajectories_contract(finished_run):
     cfg = yaml.safe_load((finished_run / "config.yaml").read_text())
     for name, exp in cfg["commutators"]["experiments"].items():

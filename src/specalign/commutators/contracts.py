@@ -120,6 +120,26 @@ def read_trajectories(path: str | Path) -> dict[str, Any]:
     }
 
 
+def check_trajectories_config(traj: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    """Refuse trajectories trained under other settings than ``expected`` (the training
+    settings the configuration asks for, as ``train_ensemble`` received them), naming
+    the file and each setting that differs with both values: a diagnostics job must not
+    report another ensemble (another depth, width, seeds or schedule) as this one."""
+    got = traj["config"]
+    differ = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))
+    if differ:
+        name = expected.get("name", got.get("name", "?"))
+        what = "; ".join(
+            f"{k} {json.dumps(got.get(k))} (the configuration: {json.dumps(expected.get(k))})"
+            for k in differ
+        )
+        raise InputFileError(
+            f"{traj['path']}: trained for other settings than experiment {name!r} asks for: "
+            f"{what}; fix: remove the file to train it anew, or restore the settings it "
+            "was made with"
+        )
+
+
 def load_experiments(paths: Iterable[str | os.PathLike[str]]) -> dict[str, Any]:
     """Load diagnostics files into ``{attrs['experiment']: dataset}``."""
     out: dict[str, Any] = {}
