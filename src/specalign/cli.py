@@ -93,8 +93,16 @@ def _package_model(arg: str) -> str | None:
 def _check_hub(repo_id: str, revision: str, cache: Path) -> None:
     """Fail fast on a hub id that cannot run: offline, it must be in the cache; online,
     the hub must know the repository and revision (one request, no download)."""
-    from specalign.transformers.sources import ModelSourceError, _hub_error, hub_offline
+    from specalign.transformers.sources import (
+        ModelSourceError,
+        _hub_error,
+        hub_id_problem,
+        hub_offline,
+    )
 
+    problem = hub_id_problem(repo_id)
+    if problem:  # the hub library's rule, whether or not the hub can be reached
+        raise BadInput(f"{problem}; fix: the id as on its hub page, org/name[@revision]")
     if hub_offline():
         from huggingface_hub import try_to_load_from_cache
 
@@ -541,12 +549,20 @@ def analyze_models(
     if settings.cores is None or int(settings.cores) < 1:
         raise BadInput(f"--cores {settings.cores}: must be at least 1")
     out_dir = Path(out).expanduser().resolve()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BadInput(f"--out {out}: exists and is not a folder; fix: name a folder")
+    _check_out(out_dir, out)
+    # jobs on this machine: no profile, a local one, or a dry run (Snakemake's dry run
+    # executes locally, and the workflow checks it against this machine's memory)
+    local = not settings.profile or _profile_is_local(settings.profile) or settings.dry_run
     cache = out_dir / "resources" / "models"
     resolved = _unique_names([resolve_model(m, cache) for m in models])
     cfg = check_config(build_config(resolved, settings))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _check_memory(cfg, local)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(
+            f"--out {out}: cannot be created ({exc.strerror}); fix: a folder you can write"
+        ) from None
     config_path = write_config(
         out_dir, build_config(resolved, settings), list(argv) or ["analyze", *models]
     )
@@ -725,6 +741,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         dry_run=args.dry_run,
     )
     return _guarded(lambda: analyze_models(args.models, args.out, settings, argv))
+
+
+def _check_out(out_dir: Path, given: Any) -> None:
+    """BadInput unless ``out_dir`` is a folder or can be made one: its nearest existing
+    ancestor a folder this user may write into (checked before any model is resolved,
+    so that nothing is fetched for a run that cannot be written)."""
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise BadInput(f"--out {given}: exists and is not a folder; fix: name a folder")
+        if not os.access(out_dir, os.W_OK | os.X_OK):
+            raise BadInput(f"--out {given}: not writable; fix: a folder you can write")
+        return
+    parent = out_dir.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise BadInput(f"--out {given}: cannot be created, {parent} is a file; fix: name a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInput(
+            f"--out {given}: cannot be created in {parent} (not writable); fix: a folder "
+            "you can write"
+        )
+
+
+def _profile_is_local(profile: str) -> bool:
+    """Whether a Snakemake profile runs the jobs on this machine (no ``executor``, or
+    the local one); BadInput when Snakemake would not find it, as it looks for it: the
+    path as given, else a folder of that name in the working directory or Snakemake's
+    user and site configuration folders, holding config.yaml or profile.yaml."""
+    import yaml
+    from snakemake.cli import get_profile_dir
+
+    found = get_profile_dir(profile)
+    if found is None:
+        raise BadInput(
+            f"--profile {profile}: no Snakemake profile there (a folder with config.yaml); "
+            "fix: the path of a profile folder, for example profiles/slurm of specalign"
+        )
+    try:
+        settings = yaml.safe_load(found[1].read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise BadInput(f"--profile {profile}: {found[1]} cannot be read ({exc})") from None
+    if not isinstance(settings, dict):
+        raise BadInput(f"--profile {profile}: {found[1]} is not a mapping of options")
+    return str(settings.get("executor", "local")) in ("local", "dryrun", "touch")
+
+
+def _check_memory(cfg: Mapping[str, Any], local: bool) -> None:
+    """The workflow's own memory check (:func:`limits.memory_limit_problems`), here so
+    that a request no node can grant is bad input (status 2) before the workflow
+    starts, not an error of the workflow (status 1)."""
+    from specalign.transformers.limits import memory_limit_problems
+
+    problems = memory_limit_problems(cfg, local)
+    if problems:
+        raise BadInput("invalid settings: " + "; ".join(problems))
 
 
 def _guarded(fn: Any) -> int:

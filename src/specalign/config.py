@@ -324,6 +324,8 @@ def _series_problems(tcfg: Mapping[str, Any]) -> list[str]:
         if spec["source"] == "hub":
             if not spec["id"]:
                 problems.append(f"{key}.id: required for source 'hub'")
+            else:
+                problems += _hub_id_problems(f"{key}.id", spec["id"])
             if not spec["revisions"]:
                 problems.append(f"{key}.revisions: at least one step{{N}} revision")
             continue
@@ -493,6 +495,8 @@ def _source_problems(key: str, spec: Mapping[str, Any], defaults: Mapping[str, A
     for field in source.required:
         if not spec.get(field):
             problems.append(f"{key}.{field}: required for source {kind!r}")
+    if kind == "hub" and spec.get("id"):
+        problems += _hub_id_problems(f"{key}.id", spec["id"])
     for other, reads in SOURCES.items():
         foreign = [
             f
@@ -503,6 +507,13 @@ def _source_problems(key: str, spec: Mapping[str, Any], defaults: Mapping[str, A
             verb = "applies" if len(foreign) == 1 else "apply"
             problems.append(f"{key}: {'/'.join(foreign)} only {verb} to source {other!r}")
     return problems
+
+
+def _hub_id_problems(key: str, repo_id: str) -> list[str]:
+    from specalign.transformers.sources import hub_id_problem
+
+    problem = hub_id_problem(repo_id)
+    return [f"{key}: {problem}; fix: the id as on its hub page, org/name"] if problem else []
 
 
 def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:

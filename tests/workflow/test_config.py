@@ -151,6 +151,19 @@ BAD = [
         lambda c: c["transformers"]["models"]["minilm_random"].update(revision="v1"),
         "transformers.models.minilm_random: revision only applies to source 'hub'",
     ),
+    # issue 29 (6): the hub library's rule for ids, for models and series alike
+    (
+        lambda c: c["transformers"]["models"].update(h={"source": "hub", "id": "o/bad..x"}),
+        "transformers.models.h.id: 'o/bad..x' is not a valid hub repository id",
+    ),
+    (
+        lambda c: (
+            c["transformers"]
+            .setdefault("series", {})
+            .update(p={"source": "hub", "id": "o/-x", "revisions": ["step1"]})
+        ),
+        "transformers.series.p.id: 'o/-x' is not a valid hub repository id",
+    ),
 ]
 
 

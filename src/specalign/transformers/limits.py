@@ -272,6 +272,20 @@ def machine_mem_mb() -> int | None:
     return int(min(found) // 10**6) if found else None
 
 
+def memory_limit_problems(config: Mapping[str, Any], local: bool) -> list[str]:
+    """:func:`memory_problems` of a validated configuration against the memory its jobs
+    may use: ``resources.mem_mb_limit``, else this machine's where the jobs run here
+    (``local``; a cluster's nodes are not this machine). What the workflow checks as it
+    loads, and ``specalign analyze`` before it starts the workflow."""
+    limit = config["resources"]["mem_mb_limit"]
+    what = "resources.mem_mb_limit"
+    if limit is None and local:
+        limit, what = machine_mem_mb(), "this machine's memory"
+    if not limit:
+        return []
+    return memory_problems(config["transformers"], int(limit), what, config["threads"])
+
+
 def memory_problems(
     tcfg: Mapping[str, Any], limit_mb: int, limit_what: str, threads: int
 ) -> list[str]:

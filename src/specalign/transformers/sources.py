@@ -132,6 +132,20 @@ def parse_spec(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return kind, fields
 
 
+def hub_id_problem(repo_id: str) -> str:
+    """Why the hub would refuse ``repo_id`` ("" when it would not), by the hub library's
+    own rule (``huggingface_hub``'s ``validate_repo_id``: at most 96 characters, no
+    ``--`` or ``..``, no leading or trailing ``.`` or ``-``, ...), online or offline, so
+    that the refusal is a line naming the id before any job rather than a traceback."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        return f"{repo_id!r} is not a valid hub repository id ({_one_line(exc)})"
+    return ""
+
+
 def hub_offline() -> bool:
     """Whether Hub traffic is disabled (HF_HUB_OFFLINE), read now, not at import time."""
     env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
