@@ -242,6 +242,30 @@ def test_bad_input_exits_2_with_one_line(args, says, tmp_path):
     assert a_file.read_text() == "a person's file\n"
 
 
+def test_twin_names_never_collide_with_a_model_named(tmp_path):
+    """Issue 29 (6): ``./m`` and ``./m_random`` together: the user's m_random replaced m's
+    twin (and was reported as it); now it takes its folder into its name, every model
+    keeps its own twin, and no name reads as another model's twin."""
+    from specalign.cli import ModelArg, Settings, _unique_names, build_config
+    from specalign.config import _named_twin_of
+
+    def local(path):
+        return ModelArg(str(path), path.name, {"source": "local", "path": str(path)})
+
+    given = [local(tmp_path / "a" / "m"), local(tmp_path / "b" / "m_random"),
+             local(tmp_path / "c" / "m_random_random")]  # fmt: skip
+    named = _unique_names(given)
+    names = [m.name for m in named]
+    assert names[0] == "m" and len(set(names)) == 3, names
+    models = build_config(named, Settings())["transformers"]["models"]
+    assert len(models) == 6
+    for m in named:
+        assert models[m.name]["source"] == "local" and models[m.name]["path"] == m.spec["path"]
+        assert models[m.name + "_random"] == {"source": "random", "like": m.name, "seed": 0}
+        assert _named_twin_of(m.name, models) is None, m.name
+    assert named[1].name == "b--m_random" and named[2].name == "c--m_random_random"
+
+
 def test_help_version_and_run_passthrough(tmp_path):
     helped = run_cli("analyze", "--help", timeout=60)
     assert helped.returncode == 0 and "examples:" in helped.stdout

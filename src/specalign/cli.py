@@ -167,23 +167,29 @@ def resolve_model(arg: str, cache: Path) -> ModelArg:
 
 
 def _unique_names(models: list[ModelArg]) -> list[ModelArg]:
-    """Distinct names: a clash (two orgs' model of one name) takes the hub org or the
-    parent folder into the name."""
+    """Distinct names, none of which reads as another's random-weight twin: a clash (two
+    orgs' model of one name) or a name that is another model's and ``TWIN_SUFFIX``
+    (``./m`` beside ``./m_random``) takes the hub org or the parent folder into the name;
+    one that still would gets ``-model``. The twins' names are kept free."""
     seen: dict[str, int] = {}
     for m in models:
         seen[m.name] = seen.get(m.name, 0) + 1
+    twins = {m.name + TWIN_SUFFIX for m in models}
     out, taken = [], set()
     for m in models:
         name = m.name
-        if seen[name] > 1:
+        if seen[name] > 1 or name in twins:
             if m.spec["source"] == "hub":
                 name = _safe_name(m.spec["id"].replace("/", "--"))
             elif m.spec["source"] == "local":
                 name = _safe_name(f"{Path(m.spec['path']).parent.name}--{name}")
+        if name in twins:
+            name = f"{name}-model"
         base, k = name, 2
-        while name in taken:
+        while name in taken or name in twins:
             name, k = f"{base}-{k}", k + 1
-        taken.add(name)
+        taken |= {name, name + TWIN_SUFFIX}
+        twins.add(name + TWIN_SUFFIX)
         out.append(ModelArg(m.arg, name, m.spec))
     return out
 
