@@ -14,6 +14,7 @@ validate; three of them run end to end (data -> training -> diagnostics -> table
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -592,4 +593,86 @@ def test_random_valid_configs_run_end_to_end(repo, valid_configs, tmp_path, faul
         "all finished",
         runs=len(workdirs),
         experiments=experiments,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Property: any value at any key is accepted or refused naming the key, never a crash
+# --------------------------------------------------------------------------------------
+
+#: What a careful user types by mistake, or on purpose at the edge: NaN and the
+#: infinities, zero, negatives, huge values, empty lists, strings and mappings, wrong
+#: types, paths with ``~`` and environment variables.
+EDGE_VALUES: list[Any] = [
+    *NONFINITE, 0, 0.0, -1, -0.5, 1e-300, 1e300, -1e300, 2**63, -(2**63), 10**18,
+    "", " ", "x", "~/specalign-x", "$HOME/specalign-x", "../../../x", "\u2028", True, False,
+    None, [], [0], [float("nan")], [""], [[]], [None], {}, {"a": 1}, {"": None},
+]  # fmt: skip
+
+
+def _values() -> Any:
+    from hypothesis import strategies as st
+
+    return st.one_of(
+        st.sampled_from(EDGE_VALUES),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.text(max_size=6),
+        st.lists(st.floats(allow_nan=True) | st.integers() | st.text(max_size=3), max_size=4),
+    )
+
+
+def test_any_value_at_any_key_is_accepted_or_refused_naming_the_key(base, schema, faults):
+    """Issue 29 (1), property-based (hypothesis, derandomised so that CI sees the same
+    examples): a value drawn from edge values, floats with NaN and infinities, huge
+    integers, short strings and lists, set at a key drawn from every site of the schema
+    (with its named entries and array items), either validates, and then passes the
+    load-time memory check the workflow runs next (`limits.memory_limit_problems`), or
+    is refused with a ConfigError naming that key (or the entry above it). Any other
+    exception is a crash a user would see as a traceback. ``FUZZ_EXAMPLES=N`` draws N
+    random examples instead (4000 found none)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from specalign.transformers.limits import memory_limit_problems
+
+    all_sites = [path for path, _, _ in sites(schema, schema, base)]
+    seen = {"accepted": 0, "refused": 0}
+    crashes: list[str] = []
+
+    @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 400)), deadline=None,
+              derandomize=not os.environ.get("FUZZ_EXAMPLES"), database=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(path=st.sampled_from(all_sites), value=_values())
+    def check(path: KeyPath, value: Any) -> None:
+        cfg = copy.deepcopy(base)
+        set_at(cfg, path, copy.deepcopy(value))
+        where = key_text(path)
+        try:
+            validated = validate_config(cfg, schema=schema)
+            memory_limit_problems(validated, local=True)
+        except ConfigError as err:
+            seen["refused"] += 1
+            message = str(err)
+            # the key, or an ancestor of it (a named entry refused as a whole)
+            named = [key_text(path[:n]) for n in range(len(path), 0, -1)]
+            if not any(k in message for k in named):
+                crashes.append(f"{where} = {value!r}: refused without naming it: {message!r}")
+        except Exception as exc:  # noqa: BLE001 (what the property forbids)
+            crashes.append(f"{where} = {value!r}: {type(exc).__name__}: {exc}")
+        else:
+            seen["accepted"] += 1
+
+    check()
+    assert not crashes, f"{len(crashes)} case(s):\n" + "\n".join(crashes[:30])
+    assert seen["accepted"] and seen["refused"]
+    faults.record(
+        "fuzz_property",
+        f"hypothesis: {sum(seen.values())} values (NaN, infinities, zero, negatives, huge, "
+        "empty lists and strings, wrong types, ~ and $HOME paths, U+2028) each at a key "
+        "drawn from every site of config/schema.yaml",
+        "each validated (and passed the load-time memory check) or was refused naming "
+        "its key; no other exception",
+        sites=len(all_sites),
+        **seen,
     )
