@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterable, Mapping
+import os
+import re
+from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,41 @@ def _fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, 
         for key, value in instance.items():
             if key not in schema.get("properties", {}):
                 _fill_defaults(value, extra, root)
+
+
+#: An environment variable reference that ``os.path.expandvars`` left in place: unset.
+_UNSET_VARIABLE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _expand_paths(
+    instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any], path: tuple = ()
+) -> Generator[str, None, Any]:
+    """Expand, in place and once, every path setting (a string whose schema says
+    ``format: path``): ``~`` and environment variables, so that every check and every
+    job reads the same path (relative ones stay relative to the working directory, where
+    every job runs). Yields a problem, naming the key, for a variable that is not set;
+    returns the expanded value of a path (None otherwise)."""
+    schema = _resolve(schema, root)
+    if isinstance(instance, str) and schema.get("format") == "path" and instance:
+        expanded = os.path.expandvars(os.path.expanduser(instance))
+        unset = _UNSET_VARIABLE.search(expanded)
+        if unset:
+            yield (
+                f"{_key_path(path)}: {instance!r} names the environment variable "
+                f"{unset.group(0)}, which is not set; fix: set it, or give the path"
+            )
+        return expanded
+    if isinstance(instance, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, value in instance.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is None:
+                continue
+            new = yield from _expand_paths(value, sub, root, (*path, key))
+            if new is not None:
+                instance[key] = new
+    return None
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -224,6 +261,9 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
         for name, exp in cfg.get("commutators", {}).get("experiments", {}).items()
     }
     _fill_defaults(cfg, schema, schema)
+    path_problems = list(_expand_paths(cfg, schema, schema))
+    if path_problems:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(path_problems))
     for name, ov in overrides.items():
         cfg["commutators"]["experiments"][name]["training"] = ov
     series_problems = _add_series_models(cfg, schema)
@@ -563,7 +603,7 @@ def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str
     if prompts.get("kind") == "text" and not prompts.get("text_file"):
         problems.append("transformers.prompts.text_file: required for kind 'text'")
     elif prompts.get("kind") == "text":
-        problem = _text_file_problem(Path(prompts["text_file"]).expanduser())
+        problem = _text_file_problem(Path(prompts["text_file"]))
         if problem:
             problems.append(f"transformers.prompts.text_file: {prompts['text_file']} {problem}")
     if prompts.get("kind") == "dataset" and not prompts.get("dataset"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -676,3 +677,43 @@ def test_any_value_at_any_key_is_accepted_or_refused_naming_the_key(base, schema
         sites=len(all_sites),
         **seen,
     )
+
+
+def test_every_path_setting_expanded_once(base, schema, tmp_path, monkeypatch):
+    """Issue 29 (1): every path setting (each key whose schema says ``format: path``,
+    found by walking the schema, not listed here) has ``~`` and environment variables
+    expanded once at validation, so that the checks and the jobs read the same path; a
+    variable that is not set is refused naming the key. Where a path is refused for
+    another reason, the message shows the expanded path, never the raw one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECALIGN_T_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv("SPECALIGN_T_UNSET", raising=False)
+    path_sites = [
+        path for path, sub, _ in sites(schema, schema, base) if sub.get("format") == "path"
+    ]
+    keys = {generic(path, set(base["transformers"]["models"])) for path in path_sites}
+    assert {"results", "data.cache", "data.mirror", "transformers.cache",
+            "transformers.prompts.text_file"} <= keys, keys  # fmt: skip
+    assert any(k.endswith("<name>.path") for k in keys), keys
+    cases = {
+        "~/sa-p": str(tmp_path / "home" / "sa-p"),
+        "$SPECALIGN_T_DIR/sa-p": str(tmp_path / "elsewhere" / "sa-p"),
+        "${SPECALIGN_T_DIR}/sa-p": str(tmp_path / "elsewhere" / "sa-p"),
+    }
+    for path in path_sites:
+        where = key_text(path)
+        for raw, want in cases.items():
+            cfg = copy.deepcopy(base)
+            set_at(cfg, path, raw)
+            try:
+                got = get_at(validate_config(cfg, schema=schema), path)
+            except ConfigError as err:
+                message = str(err)
+                named = any(key_text(path[:n]) in message for n in range(len(path), 0, -1))
+                assert named and raw not in message, (where, raw, message)
+            else:
+                assert got == want, (where, raw, got)
+        cfg = copy.deepcopy(base)
+        set_at(cfg, path, "${SPECALIGN_T_UNSET}/sa-p")
+        with pytest.raises(ConfigError, match=rf"{re.escape(where)}: .*SPECALIGN_T_UNSET.*not set"):
+            validate_config(cfg, schema=schema)
