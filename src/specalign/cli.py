@@ -102,7 +102,7 @@ def _check_hub(repo_id: str, revision: str, cache: Path) -> None:
 
     problem = hub_id_problem(repo_id)
     if problem:  # the hub library's rule, whether or not the hub can be reached
-        raise BadInput(f"{problem}; fix: the id as on its hub page, org/name[@revision]")
+        raise BadInput(problem)
     if hub_offline():
         from huggingface_hub import try_to_load_from_cache
 

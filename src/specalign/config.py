@@ -17,7 +17,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,19 +127,22 @@ _UNSET_VARIABLE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9
 
 
 def _expand_paths(
-    instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any], path: tuple = ()
-) -> Generator[str, None, Any]:
-    """Expand, in place and once, every path setting (a string whose schema says
-    ``format: path``): ``~`` and environment variables, so that every check and every
-    job reads the same path (relative ones stay relative to the working directory, where
-    every job runs). Yields a problem, naming the key, for a variable that is not set;
-    returns the expanded value of a path (None otherwise)."""
+    instance: Any,
+    schema: Mapping[str, Any],
+    root: Mapping[str, Any],
+    problems: list[str],
+    path: tuple = (),
+) -> Any:
+    """``instance`` with every path setting (a string whose schema says ``format: path``)
+    expanded once, in place: ``~`` and environment variables, so that every check and
+    every job reads the same path (relative ones stay relative to the working directory,
+    where every job runs). A variable that is not set is a problem naming the key."""
     schema = _resolve(schema, root)
-    if isinstance(instance, str) and schema.get("format") == "path" and instance:
+    if isinstance(instance, str) and instance and schema.get("format") == "path":
         expanded = os.path.expandvars(os.path.expanduser(instance))
         unset = _UNSET_VARIABLE.search(expanded)
         if unset:
-            yield (
+            problems.append(
                 f"{_key_path(path)}: {instance!r} names the environment variable "
                 f"{unset.group(0)}, which is not set; fix: set it, or give the path"
             )
@@ -149,12 +152,9 @@ def _expand_paths(
         extra = schema.get("additionalProperties")
         for key, value in instance.items():
             sub = props.get(key, extra if isinstance(extra, dict) else None)
-            if sub is None:
-                continue
-            new = yield from _expand_paths(value, sub, root, (*path, key))
-            if new is not None:
-                instance[key] = new
-    return None
+            if sub is not None:
+                instance[key] = _expand_paths(value, sub, root, problems, (*path, key))
+    return instance
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -261,7 +261,8 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
         for name, exp in cfg.get("commutators", {}).get("experiments", {}).items()
     }
     _fill_defaults(cfg, schema, schema)
-    path_problems = list(_expand_paths(cfg, schema, schema))
+    path_problems: list[str] = []
+    _expand_paths(cfg, schema, schema, path_problems)
     if path_problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(path_problems))
     for name, ov in overrides.items():
@@ -553,7 +554,7 @@ def _hub_id_problems(key: str, repo_id: str) -> list[str]:
     from specalign.transformers.sources import hub_id_problem
 
     problem = hub_id_problem(repo_id)
-    return [f"{key}: {problem}; fix: the id as on its hub page, org/name"] if problem else []
+    return [f"{key}: {problem}"] if problem else []
 
 
 def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:

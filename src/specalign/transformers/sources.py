@@ -142,7 +142,10 @@ def hub_id_problem(repo_id: str) -> str:
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
-        return f"{repo_id!r} is not a valid hub repository id ({_one_line(exc)})"
+        return (
+            f"{repo_id!r} is not a valid hub repository id ({_one_line(exc)}); fix: the id "
+            "as on its hub page, org/name"
+        )
     return ""
 
 
