@@ -14,18 +14,23 @@ follows only this package's own modules: third-party packages are covered by
 Snakemake's ``software-env`` trigger.
 
 Static reading errs on the side of rerunning: a module imported on a branch that never
-runs is still in the closure, and a change in a comment changes the hash (as it does for
-Snakemake's own ``code`` trigger). A missed rerun cannot happen unless a module is loaded
-by a computed name (``importlib.import_module(f"specalign.{x}")``), which this package
-does not do; ``tests/workflow/test_fingerprint.py`` checks, for every job of a real run,
-that each module the job actually loaded is in its closure.
+runs is still in the closure. A missed rerun cannot happen unless a module is loaded by a
+computed name (``importlib.import_module(f"specalign.{x}")``), which this package does
+not do; ``tests/workflow/test_fingerprint.py`` checks, for every job of a real run, that
+each module the job actually loaded is in its closure.
+
+The hash is of the code, not of the files: comments and docstrings do not enter it, and
+an import of the package's own modules enters as the code it binds, not the module's
+dotted name, so moving a module to another folder (with the imports that name it
+changed to match) reruns nothing, while changing a statement anywhere in the closure, or
+binding a name to another module's definition, reruns every job that reaches it.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Iterable
+import re
 from functools import cache
 from pathlib import Path
 
@@ -63,6 +68,19 @@ def _with_parents(name: str) -> list[str]:
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
+def _from_base(node: ast.ImportFrom, module: str | None, package: str) -> str:
+    """The absolute name of the ``from`` part of ``node``, in ``module`` of ``package``."""
+    if not node.level:
+        return node.module or ""
+    if not package:
+        raise FingerprintError(f"relative import outside a package in {module}")
+    parts = package.split(".")
+    if node.level - 1 >= len(parts):
+        raise FingerprintError(f"relative import beyond the top package in {module}")
+    base = ".".join(parts[: len(parts) - (node.level - 1)])
+    return f"{base}.{node.module}" if node.module else base
+
+
 def imported_names(source: str, module: str | None, is_package: bool = False) -> set[str]:
     """Every module name an import statement in ``source`` may load.
 
@@ -78,16 +96,7 @@ def imported_names(source: str, module: str | None, is_package: bool = False) ->
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if not package:
-                    raise FingerprintError(f"relative import outside a package in {module}")
-                parts = package.split(".")
-                if node.level - 1 >= len(parts):
-                    raise FingerprintError(f"relative import beyond the top package in {module}")
-                base = ".".join(parts[: len(parts) - (node.level - 1)])
-                base = f"{base}.{node.module}" if node.module else base
-            else:
-                base = node.module or ""
+            base = _from_base(node, module, package)
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
     return names
@@ -145,25 +154,138 @@ def module_closure(script: str | Path, root: Path = PACKAGE_DIR) -> list[str]:
     return sorted(seen)
 
 
-def _digest(files: Iterable[tuple[str, Path]]) -> str:
-    h = hashlib.sha256()
-    for label, path in files:
-        h.update(label.encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+# --------------------------------------------------------------------------------------
+# The hash: what the code does, not where it lies
+# --------------------------------------------------------------------------------------
+
+_SLOT = re.compile(r"\x00(\d+)\x00")
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            return body[1:] or [ast.Pass()]
+    return body
+
+
+def _target(name: str, root: Path) -> str | None:
+    """The package module that an imported dotted ``name`` is (itself, or the package it
+    is an attribute of), or ``None`` for a name outside the package."""
+    if module_path(name, root) is not None:
+        return name
+    parent = name.rpartition(".")[0]
+    return parent if parent and module_path(parent, root) is not None else None
+
+
+class _Normalizer(ast.NodeTransformer):
+    """Turns a file's syntax tree into what running it does, with the package's own import
+    targets as numbered slots (filled in with the targets' hashes, not their names).
+
+    Docstrings and comments are not code (no module of the package reads ``__doc__``;
+    ``tests/workflow/test_fingerprint.py`` holds that); the absolute module path of an
+    import is where a definition lives, which a move changes without changing what runs.
+    """
+
+    def __init__(self, module: str | None, is_package: bool, root: Path):
+        self.module = module
+        self.package = module if is_package else (module.rpartition(".")[0] if module else "")
+        self.root = root
+        self.targets: list[str] = []
+
+    def _slot(self, name: str) -> str:
+        self.targets.append(name)
+        return f"\x00{len(self.targets) - 1}\x00"
+
+    def _strip(self, node):
+        node.body = _strip_docstring(node.body)
+        return self.generic_visit(node)
+
+    visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
+
+    def visit_Import(self, node: ast.Import) -> ast.AST:
+        for alias in node.names:
+            target = _target(alias.name, self.root)
+            if target is not None and alias.asname:
+                alias.name = self._slot(target)
+        return node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        base = _from_base(node, self.module, self.package)
+        holder = _target(base, self.root)
+        if holder is None:
+            return node
+        for alias in node.names:
+            member = f"{base}.{alias.name}"
+            source = member if module_path(member, self.root) is not None else holder
+            alias.name = self._slot(source) + alias.name
+        node.module, node.level = "<package>", 0
+        return node
+
+
+@cache
+def _normalized(
+    path: Path, module: str | None, root: Path, mtime_ns: int, size: int
+) -> tuple[str, tuple[str, ...]]:
+    """The file's code as a string with its package import targets as slots, and the
+    targets, or ``("", ())`` for a file that runs nothing (a docstring-only ``__init__``)."""
+    tree = ast.parse(path.read_text())
+    tree.body = [s for s in _strip_docstring(tree.body) if not isinstance(s, ast.Pass)]
+    if not tree.body:
+        return "", ()
+    normalizer = _Normalizer(module, _is_package(path), root)
+    tree = normalizer.visit(tree)
+    return ast.dump(tree, annotate_fields=False), tuple(normalizer.targets)
+
+
+def _labels(files: dict[str, tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+    """A hash for each file that depends on its code and, through its imports, on the code
+    of what it imports, but not on any module's name.
+
+    Colour refinement: a file's label is first the hash of its own code with import
+    targets blank, then, round after round, the hash of its code with each target replaced
+    by the target's label, until the labels stop telling more files apart. Cycles of
+    imports are fine, and two modules that differ only in where they import from differ.
+    """
+    labels = {name: "" for name in files}
+    distinct = 0
+    for _ in range(len(files) + 1):
+        new = {}
+        for name, (code, targets) in files.items():
+            filled = _SLOT.sub(lambda m, t=targets, old=labels: old.get(t[int(m[1])], "?"), code)
+            new[name] = hashlib.sha256(filled.encode()).hexdigest()
+        labels = new
+        if len(set(labels.values())) == distinct:
+            break
+        distinct = len(set(labels.values()))
+    return labels
 
 
 def script_fingerprint(script: str | Path, root: Path = PACKAGE_DIR) -> str:
-    """A short hash of ``script`` and of every module of the package in ``root`` it can
-    load.
+    """A short hash of what ``script`` and every module of the package in ``root`` it can
+    load would run.
 
-    Module files are labelled by their path inside the package, so the hash is the same
-    for two copies of the workflow; the script is labelled ``<script>``.
+    It follows the code, not the files: moving a module (and changing the imports that
+    name it to match) or editing a comment or docstring leaves it as it is; a change to
+    any statement of a reached file, or an import bound to another module, changes it.
+    Modules that run nothing (a docstring-only package ``__init__``) do not count.
     """
     script = Path(script).resolve()
-    files = [("<script>", script)]
-    for name in module_closure(script, root):
+    closure = module_closure(script, root)
+    files = {"<script>": _normalized_file(script, None, root)}
+    for name in closure:
         path = module_path(name, root)
         assert path is not None
-        files.append((str(path.relative_to(root)), path))
-    return _digest(files)
+        files[name] = _normalized_file(path, name, root)
+    labels = _labels(files)
+    parts = [labels["<script>"], *sorted(labels[n] for n in closure if files[n][0])]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _normalized_file(path: Path, module: str | None, root: Path) -> tuple[str, tuple[str, ...]]:
+    try:
+        stat = path.stat()
+        return _normalized(path, module, root, stat.st_mtime_ns, stat.st_size)
+    except OSError as exc:
+        raise FingerprintError(f"cannot read {path}: {exc}") from exc
+    except SyntaxError as exc:
+        raise FingerprintError(f"cannot parse {path}: {exc}") from exc
