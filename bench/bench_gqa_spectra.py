@@ -40,7 +40,7 @@ import numpy as np
 
 
 def _one(d: int, r: int, seed: int, run_dense: bool, projected: float | None) -> dict[str, Any]:
-    from specalign.transformers import spectra
+    from specalign.transformers.measure import spectra
 
     rng = np.random.default_rng(seed)
     W_O = rng.standard_normal((d, r)) / np.sqrt(d)

@@ -78,7 +78,7 @@ def measure(
 ) -> dict:
     from bench_paper_scale import gemm_rate
 
-    from specalign.transformers import metrics as M
+    from specalign.transformers.measure import metrics as M
 
     rng = np.random.default_rng(1)
     P, N, L = prompts, tokens, 2

@@ -255,11 +255,11 @@ def run_rules(work: Path, model: str, threads: int) -> dict[str, dict[str, float
 
 
 def requested(work: Path, model: str, rule: str, threads: int) -> dict[str, int]:
-    """What the rule's job asks the scheduler for (specalign.transformers.resources), to
+    """What the rule's job asks the scheduler for (specalign.transformers.load.resources), to
     print beside what it used."""
     import yaml
 
-    from specalign.transformers.resources import Workload, job_resources, model_size
+    from specalign.transformers.load.resources import Workload, job_resources, model_size
 
     tcfg = yaml.safe_load((work / "config.yaml").read_text())["transformers"]
     manifest = json.loads((work / "models" / model / "manifest.json").read_text())
@@ -349,7 +349,7 @@ def reference(m: PaperModel, measured: dict[str, Any]) -> str | None:
     family, else (a family not measured in this run) one of a family with the same
     attention kind (causal decoders, or bidirectional encoders), nearest in width: their
     layers do the same work per token."""
-    from specalign.transformers.families import adapter_class
+    from specalign.transformers.load.families import adapter_class
 
     own = [n for n in measured if PAPER[n].model_type == m.model_type]
     if own:

@@ -66,7 +66,7 @@ def _best(fn: Any, repeats: int) -> tuple[float, Any]:
 
 
 def _leading(lam: np.ndarray, k: int = 5) -> np.ndarray:
-    from specalign.transformers import spectra
+    from specalign.transformers.measure import spectra
 
     lam = np.asarray(lam, dtype=np.complex128)
     return lam[spectra._order(lam)][:k]
@@ -76,7 +76,7 @@ def measure(name: str, repeats: int, dense_budget: float, dense_rate: dict) -> d
     import h5py
     import torch
 
-    from specalign.transformers import spectra
+    from specalign.transformers.measure import spectra
 
     d, r, heads, blocks = SHAPES[name]
     factored = r < d

@@ -244,11 +244,11 @@ def run_job(
     ckpt = folder / "checkpoint"
     t0, c0 = time.perf_counter(), time.process_time()
     info: dict[str, Any] = {}
-    from specalign.transformers import hf
+    from specalign.transformers.load import hf
 
     ids = hf.random_prompts(cfg["vocab_size"], N_PROMPTS, N_TOKENS, seed=0)
     if job == "random_model":
-        from specalign.transformers.sources import make_random_model
+        from specalign.transformers.load.sources import make_random_model
 
         make_random_model(dict(cfg), ckpt, seed=0)
         info["bytes"] = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
@@ -258,7 +258,8 @@ def run_job(
         info["finite"] = bool(np.isfinite(states).all())
     elif job == "steer_real":
         from specalign.io import DiskStack
-        from specalign.transformers import steer, streaming
+        from specalign.transformers.load import streaming
+        from specalign.transformers.measure import steer
 
         X0, e = steer.model_inputs(ckpt, ids, TARGET_ID, device)
         lm = streaming.streamed_model(ckpt, "causal_lm", device)
@@ -280,12 +281,13 @@ def run_job(
         info["p_finite"] = bool(np.isfinite(before).all() and np.isfinite(after).all())
         streaming.close_stream(lm)
     elif job == "extract_weights":
-        from specalign.transformers.extract import extract_to_h5
+        from specalign.transformers.load.extract import extract_to_h5
 
         extract_to_h5(ckpt, folder / "weights.h5")
         info["h5_bytes"] = (folder / "weights.h5").stat().st_size
     elif job == "spectra":
-        from specalign.transformers import contracts, spectra
+        from specalign.transformers.load import contracts
+        from specalign.transformers.measure import spectra
 
         mw = contracts.read_weights_h5(folder / "weights.h5", lazy=True)  # as the rule does
         ds = spectra.spectra_dataset(mw, eta=1.0, device="cpu", threads=threads)
@@ -296,10 +298,11 @@ def run_job(
         write_netcdf(folder / "spectra.nc", ds)  # as the rule does (propagate, steer read it)
     elif job == "propagate":  # the rule's kernel (scripts/transformers/propagate.py)
         from specalign.io import DiskStack, read_netcdf, write_netcdf
-        from specalign.transformers import contracts, spectra
+        from specalign.transformers.load import contracts
+        from specalign.transformers.measure import spectra
 
         cfg_p = PAPER_PROPAGATION
-        from specalign.transformers import propagate as prop
+        from specalign.transformers.measure import propagate as prop
 
         ids = hf.prompt_ids(ckpt, PAPER_PROMPTS)
         with DiskStack() as hidden:  # as the rule: the real states in a file
@@ -317,7 +320,7 @@ def run_job(
         info["nc_bytes"] = (folder / "propagation.nc").stat().st_size
     elif job == "steer":  # the rule's kernel (scripts/transformers/steer.py)
         from specalign.io import read_netcdf, write_netcdf
-        from specalign.transformers import spectra, steer
+        from specalign.transformers.measure import spectra, steer
 
         ids = hf.prompt_ids(ckpt, PAPER_PROMPTS)
         ds = steer.steering_dataset(
@@ -346,7 +349,7 @@ def peak_rss() -> int:
 
 
 def requested(job: str, cfg: dict[str, Any], threads: int) -> dict[str, int]:
-    from specalign.transformers.resources import Workload, job_resources, model_size
+    from specalign.transformers.load.resources import Workload, job_resources, model_size
 
     rule = {"propagate_real": "propagate", "steer_real": "steer"}.get(job, job)
     size = model_size(cfg)

@@ -8,7 +8,7 @@ For each series of the configuration (one per family), in one run:
 * the seconds per optimiser step: two runs of the series' own settings that differ
   only in their number of steps (``--short`` and ``--short + --steps``), so that the
   tokenizer's training, the blocks and the checkpoints' held-out evaluation cancel;
-* the step's FLOPs by the compute model (:func:`specalign.transformers.training.step_flops`)
+* the step's FLOPs by the compute model (:func:`specalign.transformers.train.training.step_flops`)
   and the fraction of the GEMM rate the step reaches;
 * the training tokens, and so the passes over the training text the configured steps
   make.
@@ -85,7 +85,7 @@ def seconds_per_step(
     run: dict, short: int, extra: int, device: str = "cpu"
 ) -> tuple[float, int, int]:
     """Seconds per step (the difference of two runs), training tokens, vocabulary."""
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     times, result = [], None
     for steps in (short, short + extra):
@@ -132,7 +132,7 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help=f"store the numbers in {PROJECTION}")
     args = ap.parse_args()
 
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     if args.analysis_only:
         if not args.analysis or not PROJECTION.is_file():

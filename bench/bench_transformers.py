@@ -11,7 +11,7 @@ What it reports (every ratio is against a baseline measured in the same run):
     configuration is built both ways first and the two layouts are compared). Then, each
     in its own subprocess so that peaks do not mix, the peak RSS (VmHWM of
     /proc/self/status) of
-      (a) ``specalign.transformers.extract.extract_to_h5(dir, weights.h5)``, the
+      (a) ``specalign.transformers.load.extract.extract_to_h5(dir, weights.h5)``, the
           pipeline's extraction of every layer, streamed block by block to the file,
       (b) ``transformers.AutoModel.from_pretrained(dir)``, and
       (b') the same followed by touching every parameter once (a sum), which is what any
@@ -203,7 +203,7 @@ def _import_loaders() -> None:
     import torch  # noqa: F401
     from transformers import AutoModel  # noqa: F401
 
-    from specalign.transformers.extract import extract, extract_to_h5  # noqa: F401
+    from specalign.transformers.load.extract import extract, extract_to_h5  # noqa: F401
 
 
 def worker_memory(mode: str, model_dir: Path, threads: int) -> dict[str, Any]:
@@ -217,7 +217,7 @@ def worker_memory(mode: str, model_dir: Path, threads: int) -> dict[str, Any]:
     if mode == "extract":
         import tempfile
 
-        from specalign.transformers.extract import extract_to_h5
+        from specalign.transformers.load.extract import extract_to_h5
 
         # the pipeline's path: every layer streamed block by block into weights.h5
         with tempfile.TemporaryDirectory(prefix="specalign-bench-h5-") as tmp:
@@ -273,7 +273,7 @@ def worker_eigloop(model_dir: Path, threads: int, budget: float) -> dict[str, An
         ]
     except ImportError:
         pools = []
-    from specalign.transformers.extract import extract
+    from specalign.transformers.load.extract import extract
 
     mw = extract(model_dir)
     np.linalg.eig(np.random.default_rng(0).standard_normal((64, 64)))  # warm the pool
@@ -303,8 +303,8 @@ def measure_memory(model_dir: Path, threads: int) -> dict[str, Any]:
 
 
 def measure_spectra(name: str, model_dir: Path, repeats: int) -> dict[str, Any]:
-    from specalign.transformers.extract import extract
-    from specalign.transformers.spectra import _order, spectra_dataset
+    from specalign.transformers.load.extract import extract
+    from specalign.transformers.measure.spectra import _order, spectra_dataset
 
     mw = extract(model_dir)
     ours, base = [], []

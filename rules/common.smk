@@ -18,12 +18,13 @@ from specalign.config import (
     results_folder,
     validate_config,
 )
-from specalign.contents import file_digest, model_digest
+from specalign.contents import file_digest
 from specalign.fingerprint import script_fingerprint
 from specalign.output import CAPTION_SUFFIX, TABLE_FORMATS
-from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
-from specalign.transformers.sources import SPEC_KINDS
-from specalign.transformers.tables import MODEL_TABLES
+from specalign.transformers.report.figures import MODEL_FIGURES, OVERVIEW_FIGURES
+from specalign.transformers.load.checkpoint import model_digest
+from specalign.transformers.load.sources import SPEC_KINDS
+from specalign.transformers.report.tables import MODEL_TABLES
 
 # Nested values of `--config` arrive as strings (Snakemake's base YAML loader): typed by
 # the schema here and merged again over the config they were merged into.
@@ -51,7 +52,7 @@ def _memory_check():
     """Each transformer job's computed memory request against the memory available
     (resources.mem_mb_limit, else this machine's when jobs run here), before any job
     runs: a request the machine cannot grant would die inside torch, after minutes."""
-    from specalign.transformers.limits import memory_limit_problems
+    from specalign.transformers.load.limits import memory_limit_problems
 
     problems = memory_limit_problems(config, local=workflow.local_exec)
     if problems:
@@ -215,7 +216,7 @@ def model_content(wildcards):
     folder (specalign.contents), so that a checkpoint replaced in place under the same
     names reruns fetch_model and everything made from the model. A hub model is pinned
     by its commit and its snapshot files are named by their hashes: "" (no read)."""
-    from specalign.transformers.sources import ModelSourceError, resolve_model_dir, source_spec
+    from specalign.transformers.load.sources import ModelSourceError, resolve_model_dir, source_spec
 
     spec = config["transformers"]["models"][wildcards.model]
     if spec["source"] not in ("local", "package"):
@@ -252,8 +253,8 @@ def _model_size(model):
     trained yet)."""
     import json as _json
 
-    from specalign.transformers.limits import config_json_path
-    from specalign.transformers.resources import Workload, model_size
+    from specalign.transformers.load.limits import config_json_path
+    from specalign.transformers.load.resources import Workload, model_size
 
     tcfg = config["transformers"]
     path = config_json_path(model, tcfg["models"], MODEL_CACHE)
@@ -265,10 +266,10 @@ def _model_size(model):
 
 def model_threads(rule_name):
     """The cores a transformer rule's job asks for: the config's threads, or one for a
-    job whose work is a few seconds (specalign.transformers.resources.job_threads), so
+    job whose work is a few seconds (specalign.transformers.load.resources.job_threads), so
     that small jobs run side by side. The config's threads until the model's config.json
     is on disk; Snakemake evaluates it again when the job is about to run."""
-    from specalign.transformers.resources import job_threads
+    from specalign.transformers.load.resources import job_threads
 
     def threads(wildcards):
         sized = _model_size(wildcards.model)
@@ -279,12 +280,12 @@ def model_threads(rule_name):
 
 def model_resources(rule_name):
     """``mem_mb`` and ``runtime`` of a transformer rule's job, computed from its model's
-    size (specalign.transformers.resources) when the rule is about to run, so that a job
+    size (specalign.transformers.load.resources) when the rule is about to run, so that a job
     of GPT-Neo 2.7B asks for what it needs and one of MiniLM does not. Until the model's
     config.json is on disk (a hub model not fetched yet) the config's resources.mem_mb
     and resources.runtime stand in. A retried job (after an out-of-memory kill) asks
     for half as much again per attempt."""
-    from specalign.transformers.resources import job_resources
+    from specalign.transformers.load.resources import job_resources
 
     def estimate(wildcards, threads):
         sized = _model_size(wildcards.model)
@@ -376,9 +377,9 @@ def training_settings(series):
 
 def training_corpus_identity(series):
     """The content identity of the corpus a training run reads (the sha256 of its
-    documents, specalign.transformers.training.corpus_identity): the pydoc topics differ
+    documents, specalign.transformers.train.training.corpus_identity): the pydoc topics differ
     between Python versions, a corpus file may be edited, so the run follows the text."""
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     return training.corpus_identity(config["transformers"]["series"][series]["corpus"])
 
@@ -386,9 +387,9 @@ def training_corpus_identity(series):
 def training_priority(series):
     """The order in which the training runs start, longest first (their points all wait
     on them): above every other rule's priority (0), by the run's FLOPs
-    (specalign.transformers.training.step_flops). A long decoder started after two
+    (specalign.transformers.train.training.step_flops). A long decoder started after two
     shorter encoders on two cores leaves one idle for the difference."""
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     run = training_settings(series)
     return 10 + run["steps"] * training.step_flops(run, run["vocab_size"]) / 1e12

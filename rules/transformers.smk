@@ -281,7 +281,7 @@ rule transformer_model_tables:
 
 
 rule transformer_layers:
-    # The tidy table of every model and layer, twin beside (specalign.transformers.summary).
+    # The tidy table of every model and layer, twin beside (specalign.transformers.report.summary).
     input:
         spectra=expand(rules.spectra.output[0], model=MODELS),
         propagation=expand(rules.propagate.output[0], model=MODELS),

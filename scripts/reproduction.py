@@ -4,7 +4,7 @@ from specalign import io
 from specalign.commutators import contracts
 from specalign.commutators import reproduction as commutators
 from specalign.output import markdown_html
-from specalign.transformers import reproduction as transformers
+from specalign.transformers.report import reproduction as transformers
 from specalign.workflow import param_json, run_script
 
 HEADER = """# Reproduction report
@@ -36,13 +36,11 @@ def main(smk):
             )
         )
     if smk.params.series:
-        from specalign.transformers import series
-
         datasets = {
             name: io.read_netcdf(path)
             for name, path in zip(smk.params.series, smk.input.series, strict=True)
         }
-        parts.append("\n".join(series.training_section(datasets)))
+        parts.append("\n".join(transformers.training_section(datasets)))
     text = "\n\n".join(p.rstrip() for p in parts) + "\n"
     io.write_text(smk.output.md, text)
     io.write_text(smk.output.html, markdown_html(text, "Reproduction report"))

@@ -24,7 +24,7 @@ os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="specalign-hf-home-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-# one folder of kept configuration facts (specalign.transformers.families.config_facts)
+# one folder of kept configuration facts (specalign.transformers.load.families.config_facts)
 # for the session: made by the first process, inherited by the xdist workers and every
 # Snakemake they start, so that each config.json is read through transformers once
 if "SPECALIGN_CACHE" not in os.environ:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from specalign.transformers import tables as tt
+from specalign.transformers.report import tables as tt
 
 
 def _token_mean(da: xr.DataArray) -> np.ndarray:

@@ -5,7 +5,7 @@ built (``TWINS``; ``python tests/tiny_models.py`` rewrites that file's models, a
 ``test_modern_test_yaml_is_the_catalogue`` fails while they differ).
 
 ``TINY_CONFIGS`` holds one small configuration per family adapter in
-``specalign.transformers.families.FAMILIES`` and ``BUILDERS`` a builder of each; the
+``specalign.transformers.load.families.FAMILIES`` and ``BUILDERS`` a builder of each; the
 tests that serve or extract "every supported family" check these key sets against
 ``FAMILIES``, so a new family adds one entry to ``CONFIGS``. The other cases of
 ``CONFIGS`` are variants of a family with a layout of their own (OPT's post-LN 350m
@@ -45,7 +45,7 @@ from typing import Any
 import torch
 import yaml
 
-from specalign.transformers.families import adapter_class
+from specalign.transformers.load.families import adapter_class
 
 _ROPE = {"max_position_embeddings": 64, "vocab_size": 96}
 _GQA = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,

@@ -1,6 +1,7 @@
 """Attention weights of every distinct layer to weights.h5 (lazy, one tensor at a time)."""
 
-from specalign.transformers import contracts, extract, lineage
+from specalign.transformers import lineage
+from specalign.transformers.load import contracts, extract
 from specalign.workflow import log, run_script
 
 

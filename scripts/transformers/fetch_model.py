@@ -2,7 +2,7 @@
 
 import json
 
-from specalign.transformers import checkpoint, contracts, families, limits, sources
+from specalign.transformers.load import checkpoint, contracts, families, limits, sources
 from specalign.workflow import log, run_script
 
 

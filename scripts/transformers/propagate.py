@@ -2,7 +2,9 @@
 
 from specalign.io import DiskStack, read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, hf, lineage, propagate, spectra
+from specalign.transformers import lineage
+from specalign.transformers.load import contracts, hf
+from specalign.transformers.measure import propagate, spectra
 from specalign.workflow import LogProgress, log, param_json, run_script
 
 

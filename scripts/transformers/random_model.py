@@ -3,7 +3,7 @@ or of a configuration written in the config (the null baseline, or an offline tw
 
 from pathlib import Path
 
-from specalign.transformers import contracts, sources
+from specalign.transformers.load import contracts, sources
 from specalign.workflow import log, param_json, run_script
 
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from specalign import figstyle, io
 from specalign.output import save_figure, write_caption, write_table
-from specalign.transformers import series
+from specalign.transformers.report import series
+from specalign.transformers.report.figures import training
 from specalign.workflow import log, param_json, run_script
 
 
@@ -33,7 +34,7 @@ def main(smk):
         Path(smk.output.tables[0]).with_suffix(""),
         f"Series {name}: each claim's metric against the checkpoint step (step 0 = the null).",
     )
-    fig, caption = series.series_figure(ds)
+    fig, caption = training.series_figure(ds)
     stem = Path(smk.output.figures[0]).with_suffix("")
     save_figure(fig, stem, formats=settings["formats"], dpi=settings["dpi"])
     write_caption(stem, caption)  # the report's caption includes it

@@ -2,7 +2,9 @@
 
 from specalign.io import write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, lineage, spectra
+from specalign.transformers import lineage
+from specalign.transformers.load import contracts
+from specalign.transformers.measure import spectra
 from specalign.workflow import log, run_script
 
 

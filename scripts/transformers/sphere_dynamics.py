@@ -1,7 +1,7 @@
 """The supplement's self-attention dynamics on the sphere (Figures 13, 14) and Jacobians."""
 
 from specalign.io import write_netcdf
-from specalign.transformers import sphere
+from specalign.transformers.measure import sphere
 from specalign.workflow import log, param_json, run_script
 
 

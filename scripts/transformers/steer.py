@@ -2,7 +2,9 @@
 
 from specalign.io import read_netcdf, write_netcdf
 from specalign.runtime import torch_device
-from specalign.transformers import contracts, hf, lineage, spectra, steer
+from specalign.transformers import lineage
+from specalign.transformers.load import contracts, hf
+from specalign.transformers.measure import spectra, steer
 from specalign.workflow import log, param_json, run_script
 
 

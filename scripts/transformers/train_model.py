@@ -9,7 +9,8 @@ import numpy as np
 
 from specalign import io
 from specalign.runtime import torch_device
-from specalign.transformers import sources, training
+from specalign.transformers.load import sources
+from specalign.transformers.train import training
 from specalign.workflow import log, run_script
 
 

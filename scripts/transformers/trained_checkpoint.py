@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from specalign import io
-from specalign.transformers import contracts
-from specalign.transformers.sources import ModelSourceError
+from specalign.transformers.load import contracts
+from specalign.transformers.load.sources import ModelSourceError
 from specalign.workflow import log, run_script
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from specalign import io
 from specalign.output import write_table
-from specalign.transformers.summary import layer_table, layer_table_caption
+from specalign.transformers.report.summary import layer_table, layer_table_caption
 from specalign.workflow import param_json, run_script
 
 

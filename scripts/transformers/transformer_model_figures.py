@@ -4,7 +4,8 @@ from pathlib import Path
 
 from specalign import figstyle, io
 from specalign.output import save_figure, write_caption
-from specalign.transformers import figures, lineage
+from specalign.transformers import lineage
+from specalign.transformers.report import figures
 from specalign.workflow import log, param_json, run_script
 
 

@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from specalign import io
-from specalign.transformers import lineage, tables
+from specalign.transformers import lineage
+from specalign.transformers.report import tables
 from specalign.workflow import run_script
 
 

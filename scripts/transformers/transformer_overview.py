@@ -4,7 +4,7 @@ from pathlib import Path
 
 from specalign import figstyle, io
 from specalign.output import save_figure, write_caption
-from specalign.transformers import figures, tables
+from specalign.transformers.report import figures, tables
 from specalign.workflow import log, param_json, run_script
 
 

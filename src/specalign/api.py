@@ -56,7 +56,7 @@ def analyze(
 
 def summary_dataset(df: pd.DataFrame) -> xr.Dataset:
     """The per-layer table as a Dataset over (model, layer), each variable described."""
-    from specalign.transformers.summary import describe_column, layer_table_caption
+    from specalign.transformers.report.summary import describe_column, layer_table_caption
 
     ds = df.set_index(["model", "layer"]).to_xarray()
     for name in [*ds.data_vars, *ds.coords]:
@@ -77,7 +77,7 @@ def _weights_dataset(path: Path) -> xr.Dataset:
     """The root arrays of ``weights.h5`` (opened lazily: F of a large model is not read
     until used) and its attributes; ``F`` over (block, out, in), ``layer_block`` over
     layer 1..L. The per-block matrices stay in the file
-    (:func:`specalign.transformers.contracts.read_weights_h5` reads them)."""
+    (:func:`specalign.transformers.load.contracts.read_weights_h5` reads them)."""
     import xarray as xr
 
     raw = xr.open_dataset(path, engine="h5netcdf", phony_dims="access")

@@ -93,7 +93,7 @@ def _package_model(arg: str) -> str | None:
 def _check_hub(repo_id: str, revision: str, cache: Path) -> None:
     """Fail fast on a hub id that cannot run: offline, it must be in the cache; online,
     the hub must know the repository and revision (one request, no download)."""
-    from specalign.transformers.sources import (
+    from specalign.transformers.load.sources import (
         ModelSourceError,
         _hub_error,
         hub_id_problem,
@@ -118,7 +118,7 @@ def _check_hub(repo_id: str, revision: str, cache: Path) -> None:
         return
     from huggingface_hub import HfApi
 
-    from specalign.transformers.sources import hub_endpoint
+    from specalign.transformers.load.sources import hub_endpoint
 
     try:
         HfApi(endpoint=hub_endpoint()).model_info(repo_id, revision=revision)
@@ -132,7 +132,7 @@ def _check_hub(repo_id: str, revision: str, cache: Path) -> None:
 def resolve_model(arg: str, cache: Path) -> ModelArg:
     """What a MODEL argument names: a local model folder, an installed model package,
     or a hub id with an optional ``@revision``; BadInput otherwise."""
-    from specalign.transformers.sources import ModelSourceError, check_model_dir
+    from specalign.transformers.load.sources import ModelSourceError, check_model_dir
 
     path = Path(arg).expanduser()
     if path.exists() or arg.startswith((".", "/", "~")):
@@ -447,7 +447,7 @@ def summary_frame(out: Path, cfg: Mapping[str, Any], names: Sequence[str]) -> An
 
 def verdict_lines(out: Path, cfg: Mapping[str, Any], name: str) -> list[str]:
     from specalign import io
-    from specalign.transformers.summary import claim_lines, claim_verdicts
+    from specalign.transformers.report.summary import claim_lines, claim_verdicts
 
     base = results_dir(out, cfg) / "transformers"
 
@@ -798,7 +798,7 @@ def _check_memory(cfg: Mapping[str, Any], local: bool) -> None:
     """The workflow's own memory check (:func:`limits.memory_limit_problems`), here so
     that a request no node can grant is bad input (status 2) before the workflow
     starts, not an error of the workflow (status 1)."""
-    from specalign.transformers.limits import memory_limit_problems
+    from specalign.transformers.load.limits import memory_limit_problems
 
     problems = memory_limit_problems(cfg, local)
     if problems:

@@ -294,7 +294,7 @@ def series_steps(spec: Mapping[str, Any]) -> list[int]:
     hub revisions ``step{N}``, or a trained run's ``points`` (all saved steps if null)."""
     if spec["source"] == "hub":
         return sorted(int(r[len("step") :]) for r in spec["revisions"])
-    from specalign.transformers.training import checkpoint_steps
+    from specalign.transformers.train.training import checkpoint_steps
 
     saved = checkpoint_steps(spec["steps"])
     return sorted(saved if spec.get("points") is None else spec["points"])
@@ -353,7 +353,7 @@ def _series_problems(tcfg: Mapping[str, Any]) -> list[str]:
     """Checks of ``transformers.series`` a schema cannot express; the corpus is read here
     (before any job) so that a missing or empty corpus, or a vocabulary larger than it
     allows, fails at once."""
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     problems: list[str] = []
     models = tcfg.get("models", {})
@@ -436,7 +436,7 @@ def _vocabulary_limit(
     from importlib.metadata import version
 
     from specalign.kept import kept
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     mtime = Path(path).stat().st_mtime_ns if kind == "file" else 0
     key = (kind, path, mtime, training.FAMILIES[family], vocab_size, heldout_fraction, split_seed)
@@ -521,7 +521,7 @@ def _source_problems(key: str, spec: Mapping[str, Any], defaults: Mapping[str, A
     """A model's keys against what its ``source`` reads (``transformers.sources.SOURCES``):
     the keys it requires, and keys only other sources read given with other than their
     schema default (they would be ignored without a word)."""
-    from specalign.transformers.sources import SOURCES
+    from specalign.transformers.load.sources import SOURCES
 
     kind = spec["source"]
     source = SOURCES[kind]
@@ -551,7 +551,7 @@ def _source_problems(key: str, spec: Mapping[str, Any], defaults: Mapping[str, A
 
 
 def _hub_id_problems(key: str, repo_id: str) -> list[str]:
-    from specalign.transformers.sources import hub_id_problem
+    from specalign.transformers.load.sources import hub_id_problem
 
     problem = hub_id_problem(repo_id)
     return [f"{key}: {problem}"] if problem else []
@@ -623,7 +623,7 @@ def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str
                 f"{step:g}; above {MAX_SPHERE_STEP:g} the dynamics overflow float64 (they "
                 "square eta * lambda); fix: a smaller eta"
             )
-    from specalign.transformers.limits import model_config_problems
+    from specalign.transformers.load.limits import model_config_problems
 
     problems += model_config_problems(tcfg)
     return problems

@@ -13,12 +13,11 @@ under the same name rerun the job and what follows it.
   time, which no user tool can set back, so a cached digest is never stale. A file in
   a Hugging Face cache (a link into ``blobs/``, named by the file's SHA-256 or git
   hash) is identified by that name without reading it.
-* :func:`model_digest`: one digest over the files of a model folder that the workflow
-  reads (config.json, the tokenizer's data files, the one checkpoint's weight files and
-  their index), each by name and :func:`file_digest`.
+* :func:`digest_of`: one digest over (name, digest) pairs, for an input made of several
+  files (a model folder: :func:`specalign.transformers.load.checkpoint.model_digest`).
 
-A digest names what was read; it is recorded in the files made from it
-(:mod:`specalign.transformers.contracts`), which their readers check.
+A digest names what was read; it is recorded in the files made from it, which their
+readers check.
 """
 
 from __future__ import annotations
@@ -148,31 +147,3 @@ def digest_of(entries: Iterable[tuple[str, str]]) -> str:
     for name, digest in sorted(entries):
         h.update(f"{name}\0{digest}\n".encode())
     return h.hexdigest()
-
-
-def model_files(model_dir: str | os.PathLike[str]) -> list[Path]:
-    """The files of a model folder that the workflow reads: config.json, the tokenizer's
-    data files, the one checkpoint's weights (safetensors shards and their index, else
-    pickled weights) and, for a random model, its seed record."""
-    from specalign.transformers.checkpoint import CheckpointError, safetensors_files
-    from specalign.transformers.sources import TOKENIZER_PATTERNS
-
-    d = Path(model_dir)
-    names = ["config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json",
-             "random_model.json"]  # fmt: skip
-    files = {d / n for n in names if (d / n).is_file()}
-    files |= {f for p in TOKENIZER_PATTERNS for f in d.glob(p) if f.is_file()}
-    try:
-        weights = safetensors_files(d)
-    except CheckpointError:  # a shard missing: what is there is the content
-        weights = sorted(d.glob("*.safetensors"))
-    if not weights:
-        weights = sorted(d.glob("pytorch_model*.bin"))
-    files |= {f for f in weights if f.is_file()}
-    return sorted(files)
-
-
-def model_digest(model_dir: str | os.PathLike[str]) -> str:
-    """The content digest of a model folder (:func:`model_files`, by name and bytes)."""
-    d = Path(model_dir)
-    return digest_of((f.name, file_digest(f)) for f in model_files(d))

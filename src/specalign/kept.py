@@ -3,7 +3,7 @@
 Every ``snakemake`` call, dry runs included, validates the configuration, and some of
 its checks need a fact that is slow to compute and never changes for the same inputs: a
 ``transformers`` configuration object's values (imports transformers and torch, 3 s;
-:func:`specalign.transformers.families.config_facts`), the vocabulary a training corpus
+:func:`specalign.transformers.load.families.config_facts`), the vocabulary a training corpus
 can fill (a tokenizer trained on 4.5 M characters, 6-10 s;
 :func:`specalign.config._vocabulary_limit`). Such a fact is kept as a small JSON file
 named by the sha256 of everything it depends on (the caller's key text: contents and

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specalign.transformers import directions, linalg
+from specalign.transformers.measure import directions, linalg
 
 
 def _unit(X: np.ndarray, corr: str) -> np.ndarray:

@@ -27,8 +27,8 @@ from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny
 
 from specalign.io import InputFileError
-from specalign.transformers import checkpoint, resources
-from specalign.transformers.extract import extract
+from specalign.transformers.load import checkpoint, resources
+from specalign.transformers.load.extract import extract
 
 BLOCK = [16, 16]
 
@@ -269,7 +269,7 @@ def bert_with_tokenizer(tmp_path) -> Path:
 
 
 def test_a_damaged_tokenizer_json_is_an_error_naming_it(bert_with_tokenizer):
-    from specalign.transformers.hf import load_tokenizer, prompt_ids
+    from specalign.transformers.load.hf import load_tokenizer, prompt_ids
 
     assert load_tokenizer(bert_with_tokenizer) is not None
     path = bert_with_tokenizer / "tokenizer.json"
@@ -312,7 +312,7 @@ def test_tokenizer_code_in_the_model_folder_never_runs(bert_with_tokenizer, buil
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
     script = (
         "import sys\n"
-        "from specalign.transformers.hf import load_tokenizer\n"
+        "from specalign.transformers.load.hf import load_tokenizer\n"
         "from specalign.io import InputFileError\n"
         "try:\n"
         "    print(type(load_tokenizer(sys.argv[1])).__name__)\n"

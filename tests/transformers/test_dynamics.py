@@ -15,9 +15,10 @@ import pytest
 import torch
 from hand_weights import bert_weights, gpt2_weights, model_from_F, sym
 
-from specalign.transformers import directions, hf, metrics
-from specalign.transformers import propagate as prop
-from specalign.transformers import sphere as S
+from specalign.transformers.load import hf
+from specalign.transformers.measure import directions, metrics
+from specalign.transformers.measure import propagate as prop
+from specalign.transformers.measure import sphere as S
 
 torch.set_num_threads(1)
 
@@ -399,9 +400,9 @@ def test_prompt_lines_end_at_line_feeds_only(tmp_path: Path) -> None:
 def test_metrics_equal_direct_correlations(corr):
     """The metrics' fast path (norms computed once per mode) equals the plain definition
     |corr(x_i, v1_t)| and psi_t = gamma_t - |corr(x_i^{t-1}, v1_t)|, for tokens and nulls."""
-    from specalign.transformers.directions import layer_directions
-    from specalign.transformers.metrics import correlation, propagation_metrics
-    from specalign.transformers.propagate import simplified_forward
+    from specalign.transformers.measure.directions import layer_directions
+    from specalign.transformers.measure.metrics import correlation, propagation_metrics
+    from specalign.transformers.measure.propagate import simplified_forward
 
     rng = np.random.default_rng(3)
     mw = model_from_F([sym([2.0, 1.0, 0.5, -1.0]), sym([1.5, -0.5, 0.2, 0.1], seed=1)])

@@ -34,13 +34,13 @@ import torch
 from tiny_models import CONFIGS, float64_everywhere
 
 from specalign.io import InputFileError
-from specalign.transformers import hf
-from specalign.transformers import propagate as prop
-from specalign.transformers import steer as st
-from specalign.transformers.contracts import read_weights_h5
-from specalign.transformers.extract import extract, extract_to_h5
-from specalign.transformers.families import FAMILIES, adapter_class, expand_kv
-from specalign.transformers.paper import PAPER_FAMILIES
+from specalign.transformers.load import hf
+from specalign.transformers.load.contracts import read_weights_h5
+from specalign.transformers.load.extract import extract, extract_to_h5
+from specalign.transformers.load.families import FAMILIES, adapter_class, expand_kv
+from specalign.transformers.measure import propagate as prop
+from specalign.transformers.measure import steer as st
+from specalign.transformers.report.paper import PAPER_FAMILIES
 
 torch.set_num_threads(1)
 
@@ -413,7 +413,7 @@ def test_version_1_weights_h5_is_read_with_its_meaning(cases: dict, tmp_path: Pa
 def test_config_defaults_come_from_the_family_class(tmp_path: Path) -> None:
     """An absent key takes the class default: Mistral's num_key_value_heads is 8, not
     n_heads, and Qwen3's head_dim is 128, not d / H."""
-    from specalign.transformers.families import adapter_for
+    from specalign.transformers.load.families import adapter_for
 
     mistral = adapter_for({"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 16})
     assert (mistral.n_kv_heads, mistral.d_head) == (8, 4)
@@ -433,7 +433,7 @@ def test_falcon_key_value_heads_and_alibi() -> None:
     """Falcon's key/value head count follows its layout, not ``num_kv_heads`` alone
     (multi-query: 1; neither layout: n_heads, whatever the key says; the new architecture:
     the key), and ALiBi scores are refused rather than read as rotary ones."""
-    from specalign.transformers.families import adapter_for
+    from specalign.transformers.load.families import adapter_for
 
     base = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 8}
     assert adapter_for(base).n_kv_heads == 1  # the class default: multi_query
@@ -467,7 +467,7 @@ def test_random_twin_of_a_causal_lm_is_saved_with_its_head(tmp_path: Path) -> No
     every load, so the steering probabilities of a random twin would not repeat."""
     from safetensors import safe_open
 
-    from specalign.transformers.sources import make_random_model
+    from specalign.transformers.load.sources import make_random_model
 
     folder = make_random_model(dict(CONFIGS["phi3"]), tmp_path / "twin", seed=0)
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
@@ -519,7 +519,7 @@ def test_position_limit_is_the_model_s(cases: dict, name: str) -> None:
     family's configuration class) is a length the model runs; with learned positions one
     token more fails, so the limit is exact (RoBERTa's starts past its padding id: 62 of
     64 positions). The config check names n_tokens past it, from an inline config too."""
-    from specalign.transformers.limits import model_problems
+    from specalign.transformers.load.limits import model_problems
 
     case = cases[name]
     adapter = adapter_class(case.model_type)(CONFIGS[name])
@@ -588,7 +588,7 @@ def test_adapters_read_the_same_from_kept_facts_as_from_the_configuration(
     and transformers version, so that `snakemake` checks need neither transformers nor
     torch): built from facts just computed, from facts read back, and from transformers'
     configuration object itself, every adapter says the same of every case."""
-    from specalign.transformers import families
+    from specalign.transformers.load import families
 
     monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path))
     for case, config in _facts_cases().items():
@@ -617,7 +617,7 @@ def test_kept_facts_are_keyed_by_content_and_errors_are_kept_too(
     import subprocess
     import sys
 
-    from specalign.transformers import families
+    from specalign.transformers.load import families
 
     monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path))
     base = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 64}
@@ -637,7 +637,7 @@ def test_kept_facts_are_keyed_by_content_and_errors_are_kept_too(
     assert families.adapter_for(base).d_model == 32
     # read back in a fresh process without importing transformers or torch
     probe = (
-        "import sys, json; from specalign.transformers.families import adapter_for; "
+        "import sys, json; from specalign.transformers.load.families import adapter_for; "
         f"a = adapter_for(json.loads({json.dumps(json.dumps(base))})); "
         "print(a.d_model, a.max_positions, 'transformers' in sys.modules, 'torch' in sys.modules)"
     )

@@ -19,12 +19,13 @@ import tiny_models
 from tiny_models import CONFIGS
 
 from specalign.io import InputFileError
-from specalign.transformers import contracts, directions, spectra
-from specalign.transformers import propagate as prop
-from specalign.transformers import steer as st
-from specalign.transformers.contracts import read_weights_h5
-from specalign.transformers.extract import extract, extract_to_h5
-from specalign.transformers.families import adapter_for
+from specalign.transformers.load import contracts
+from specalign.transformers.load.contracts import read_weights_h5
+from specalign.transformers.load.extract import extract, extract_to_h5
+from specalign.transformers.load.families import adapter_for
+from specalign.transformers.measure import directions, spectra
+from specalign.transformers.measure import propagate as prop
+from specalign.transformers.measure import steer as st
 
 #: the grouped-query cases among the tiny models (derived from their configurations)
 GQA = [c for c, cfg in CONFIGS.items() if adapter_for(cfg).n_kv_heads < adapter_for(cfg).n_heads]
@@ -170,7 +171,7 @@ def test_an_exact_zero_where_a_vector_is_asked_is_nan_and_counts_in_the_summarie
 
 def test_version_2_grouped_file_is_read_with_its_meaning(saved: dict, tmp_path: Path) -> None:
     """A v2 file keeps K, V expanded to n_heads and F for every block: read as before."""
-    from specalign.transformers.contracts import write_block
+    from specalign.transformers.load.contracts import write_block
 
     case = GQA[0]
     v3 = read_weights_h5(saved[case][1])
@@ -304,7 +305,7 @@ def test_grouped_but_full_rank_keeps_F_and_groups_kv(saved: dict, tmp_path: Path
     head, F stored and the spectra on the dense path (the rank bound is not below d)."""
     import dataclasses
 
-    from specalign.transformers.contracts import write_weights_h5
+    from specalign.transformers.load.contracts import write_weights_h5
     from specalign.transformers.weights import BlockWeights, expand_rows
 
     rng = np.random.default_rng(3)
@@ -350,7 +351,7 @@ def test_grouped_but_full_rank_keeps_F_and_groups_kv(saved: dict, tmp_path: Path
 def test_lazy_read_gives_the_same_blocks_and_bit_identical_spectra(saved: dict, case: str) -> None:
     """The spectra rule reads weights.h5 a block at a time (issue 14): same arrays, and
     the same spectra.nc bit for bit, for one and two decomposition threads."""
-    from specalign.transformers.contracts import LazyBlocks
+    from specalign.transformers.load.contracts import LazyBlocks
 
     eager = read_weights_h5(saved[case][1])
     lazy = read_weights_h5(saved[case][1], lazy=True)

@@ -37,10 +37,10 @@ from hub_protocol import Cut, HubServer
 from snakemake_helpers import run_snakemake
 from tiny_models import TINY_CONFIGS, save_tiny
 
-from specalign.transformers.contracts import read_weights_h5
-from specalign.transformers.extract import extract
-from specalign.transformers.families import FAMILIES
-from specalign.transformers.sources import (
+from specalign.transformers.load.contracts import read_weights_h5
+from specalign.transformers.load.extract import extract
+from specalign.transformers.load.families import FAMILIES
+from specalign.transformers.load.sources import (
     ModelSourceError,
     check_model_dir,
     provenance,
@@ -322,7 +322,7 @@ def test_workflow_gated_repository_then_a_token(repo, hub, tmp_path):
     # the error's one line (the log holds the traceback as logged and as printed)
     (error,) = {line for line in log.splitlines() if line.startswith("specalign.")}
     assert error.startswith(
-        "specalign.transformers.sources.ModelSourceError: hub model 'org/gated'"
+        "specalign.transformers.load.sources.ModelSourceError: hub model 'org/gated'"
     )
     assert "gated repository and no valid token" in error and "HF_TOKEN" in error
     assert not manifest.exists() and not list(tmp_path.glob("models/hub/*/snapshots/*"))

@@ -18,15 +18,15 @@ import pytest
 import xarray as xr
 
 from specalign.output import save_figure
-from specalign.transformers import claims as tc
-from specalign.transformers import figures as ptf
-from specalign.transformers import propagate as prop
-from specalign.transformers import reproduction as tr
-from specalign.transformers import spectra as spec
-from specalign.transformers import sphere, steer
-from specalign.transformers import tables as tt
-from specalign.transformers.contracts import write_weights_h5
-from specalign.transformers.figures.depth import _spans_a_decade
+from specalign.transformers.load.contracts import write_weights_h5
+from specalign.transformers.measure import propagate as prop
+from specalign.transformers.measure import spectra as spec
+from specalign.transformers.measure import sphere, steer
+from specalign.transformers.report import claims as tc
+from specalign.transformers.report import figures as ptf
+from specalign.transformers.report import reproduction as tr
+from specalign.transformers.report import tables as tt
+from specalign.transformers.report.figures.depth import _spans_a_decade
 from specalign.transformers.weights import BlockWeights, ModelWeights, shares_weights
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def test_sphere_steps_at_least_what_a_rate_needs() -> None:
     gamma reaches 1 in fewer layers than a fit needs, whatever its steps (a data
     matter), stores NaN and why, and the report calls the rate undecided."""
     from specalign.config import ConfigError, load_yaml, validate_config
-    from specalign.transformers.claims import claim5_rows
+    from specalign.transformers.report.claims import claim5_rows
 
     schema = load_yaml(REPO / "config" / "schema.yaml")
     steps = schema["properties"]["transformers"]["properties"]["sphere"]["properties"]["steps"]
@@ -709,7 +709,7 @@ _MANIFESTS = {
 @pytest.mark.parametrize("kind", list(_MANIFESTS))
 def test_each_model_described_from_its_manifest(kind):
     """Issue 32, item 5: one description of what a model is, from its manifest, for every
-    source a model can have (specalign.transformers.sources.SOURCES)."""
+    source a model can have (specalign.transformers.load.sources.SOURCES)."""
     from specalign.transformers import lineage
 
     manifest, words = _MANIFESTS[kind]
@@ -720,7 +720,7 @@ def test_each_model_described_from_its_manifest(kind):
 
 
 def test_every_source_has_a_description():
-    from specalign.transformers.sources import SOURCES
+    from specalign.transformers.load.sources import SOURCES
 
     described = {m["source"].partition(":")[0] for m, _ in _MANIFESTS.values()}
     assert described == set(SOURCES)
@@ -729,7 +729,7 @@ def test_every_source_has_a_description():
 def test_tables_and_reproduction_show_each_model_as_described(data):
     """The per-layer table (which `specalign analyze` prints) and the reproduction text
     take each model's description from its result files."""
-    from specalign.transformers import summary
+    from specalign.transformers.report import summary
 
     sp = {m: ds.copy() for m, ds in data["spectra"].items()}
     pr = {m: ds.copy() for m, ds in data["prop"].items()}

@@ -36,20 +36,13 @@ from snakemake_helpers import planned_jobs, run_snakemake
 
 from specalign.config import load_yaml, validate_config
 from specalign.io import DiskStack, write_netcdf
-from specalign.transformers import (
-    contracts,
-    extract,
-    hf,
-    lineage,
-    propagate,
-    sources,
-    spectra,
-    steer,
-)
-from specalign.transformers.contracts import FORMAT_VERSION, MODES, read_weights_h5
-from specalign.transformers.families import FAMILIES, adapter_class
-from specalign.transformers.figures import OVERVIEW_FIGURES
-from specalign.transformers.paper import PAPER_FAMILIES
+from specalign.transformers import lineage
+from specalign.transformers.load import contracts, extract, hf, sources
+from specalign.transformers.load.contracts import FORMAT_VERSION, MODES, read_weights_h5
+from specalign.transformers.load.families import FAMILIES, adapter_class
+from specalign.transformers.measure import propagate, spectra, steer
+from specalign.transformers.report.figures import OVERVIEW_FIGURES
+from specalign.transformers.report.paper import PAPER_FAMILIES
 
 pytestmark = pytest.mark.pipeline
 

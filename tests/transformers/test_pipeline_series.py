@@ -69,7 +69,7 @@ def test_training_nc_contract(series_run):
         with xr.open_dataset(workdir / f"results/transformers/series/{name}/run.nc") as run:
             from pydoc_data.topics import topics
 
-            from specalign.transformers import training
+            from specalign.transformers.train import training
 
             pydoc = training.corpus_identity({"kind": "pydoc_topics"})
             assert run.attrs["corpus_sha256"] == pydoc["sha256"]
@@ -259,7 +259,7 @@ def test_reruns_on_the_corpus(repo, series_run):
     (and what depends on it), and so does an edit of a corpus file's text."""
     import time
 
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     workdir, series = series_run
     corpus = workdir / "corpus.txt"

@@ -86,7 +86,7 @@ def test_sphere_contract(gpt2_run):
 
 
 def test_figures_tables_report(gpt2_run):
-    from specalign.transformers.figures import MODEL_FIGURES
+    from specalign.transformers.report.figures import MODEL_FIGURES
 
     workdir, cfg = gpt2_run
     res = workdir / "results"

@@ -17,9 +17,9 @@ import xarray as xr
 from tiny_models import TINY_CONFIGS
 
 from specalign.io import DiskStack
-from specalign.transformers import directions, linalg, metrics, spectra, steer
-from specalign.transformers import propagate as prop
-from specalign.transformers.families import adapter_class
+from specalign.transformers.load.families import adapter_class
+from specalign.transformers.measure import directions, linalg, metrics, spectra, steer
+from specalign.transformers.measure import propagate as prop
 from specalign.transformers.weights import BlockWeights, ModelWeights
 
 D, ETA = 12, 0.5

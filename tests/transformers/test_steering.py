@@ -11,8 +11,8 @@ import pytest
 import torch
 from hand_weights import gpt2_weights, model_from_F, sym
 
-from specalign.transformers import directions
-from specalign.transformers import steer as st
+from specalign.transformers.measure import directions
+from specalign.transformers.measure import steer as st
 
 torch.set_num_threads(1)
 
@@ -55,7 +55,7 @@ def test_steering_makes_u_exact_eigenvector():
 def test_steering_to_zero_is_measured_against_the_spectral_radius():
     """Issue 29: c = 0 sends u into the null space of F'; its residual is relative to r
     (relative to |c r| = 0 it read 2e291, and the verdict 'u is not an eigenvector')."""
-    from specalign.transformers.claims import steer_verdict
+    from specalign.transformers.report.claims import steer_verdict
 
     rng = np.random.default_rng(9)
     d = 12

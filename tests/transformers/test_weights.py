@@ -24,18 +24,19 @@ import numpy as np
 import pytest
 
 from specalign.io import InputFileError, read_netcdf, write_netcdf
-from specalign.transformers import families, spectra
-from specalign.transformers.contracts import read_weights_h5, write_weights_h5
-from specalign.transformers.extract import extract, extract_to_h5
-from specalign.transformers.families import FAMILIES, UnknownFamilyError
-from specalign.transformers.sources import (
+from specalign.transformers.load import families
+from specalign.transformers.load.contracts import read_weights_h5, write_weights_h5
+from specalign.transformers.load.extract import extract, extract_to_h5
+from specalign.transformers.load.families import FAMILIES, UnknownFamilyError
+from specalign.transformers.load.sources import (
     ModelSourceError,
     check_model_dir,
     make_random_model,
     provenance,
     resolve_model_dir,
 )
-from specalign.transformers.spectra import (
+from specalign.transformers.measure import spectra
+from specalign.transformers.measure.spectra import (
     eigvals_fast,
     spectra_dataset,
     spectrum,
@@ -255,7 +256,7 @@ def test_unknown_family_errors(tmp_path: Path) -> None:
     assert "\n" not in msg and "'mamba'" in msg
     assert ", ".join(sorted(FAMILIES)) in msg
     assert "FamilyAdapter subclass with model_type = 'mamba'" in msg
-    assert "specalign/transformers/families.py" in msg
+    assert "specalign/transformers/load/families.py" in msg
 
 
 def test_defining_an_adapter_registers_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -612,8 +613,8 @@ def test_streaming_extraction_equals_in_memory(tmp_path):
     import h5py
     from transformers import AlbertConfig, AlbertModel, GPT2Config, GPT2Model
 
-    from specalign.transformers.contracts import write_weights_h5
-    from specalign.transformers.extract import extract, extract_to_h5
+    from specalign.transformers.load.contracts import write_weights_h5
+    from specalign.transformers.load.extract import extract, extract_to_h5
 
     models = {
         "gpt2": GPT2Model(GPT2Config(vocab_size=50, n_embd=16, n_layer=3, n_head=2)),

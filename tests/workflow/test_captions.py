@@ -16,8 +16,8 @@ from pathlib import Path
 
 from specalign.commutators.figures import FIGURES
 from specalign.commutators.tables import TABLES
-from specalign.transformers.figures import MODEL_FIGURES, OVERVIEW_FIGURES
-from specalign.transformers.tables import MODEL_TABLES
+from specalign.transformers.report.figures import MODEL_FIGURES, OVERVIEW_FIGURES
+from specalign.transformers.report.tables import MODEL_TABLES
 
 #: report/-relative template of each stem, as the rules' caption functions name them.
 PER_STEM = {

@@ -63,7 +63,7 @@ def test_schema_model_keys_are_the_sources_keys():
     """config/schema.yaml (static YAML, read without the package) says what
     ``transformers.sources.SOURCES`` says: the same sources, and each model key described
     as "(kind) ..." is a key of that source, and of no other."""
-    from specalign.transformers.sources import SOURCES, SPEC_KINDS
+    from specalign.transformers.load.sources import SOURCES, SPEC_KINDS
 
     model = load_schema()["$defs"]["model"]
     assert model["properties"]["source"]["enum"] == list(SOURCES)
@@ -259,7 +259,7 @@ def test_series_vocabulary_limit_is_the_tokenizers_own(base):
     """The check trains the run's tokenizer on the run's training split: a word-level
     vocabulary for the encoders (lower-cased words of the training documents only), byte-
     level BPE for gpt2, which ends with more pieces than the corpus has distinct words."""
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     docs = training.load_corpus({"kind": "pydoc_topics"})
     train_docs, _ = training.split_documents(docs, 0.1, 0)
@@ -282,7 +282,7 @@ def test_series_vocabulary_limit_is_kept_by_the_corpus_content(base, tmp_path, m
     process (here: the in-process memo emptied) trains no tokenizer; another text is
     another key, so an edited corpus file is checked again."""
     from specalign import config as config_module
-    from specalign.transformers import training
+    from specalign.transformers.train import training
 
     monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "corpus.txt"

@@ -16,7 +16,7 @@ def folders(tmp_path_factory):
     has them) without its weights."""
     from transformers import GPT2Config, GPT2Model
 
-    from specalign.transformers.sources import _package_model_path
+    from specalign.transformers.load.sources import _package_model_path
 
     root = tmp_path_factory.mktemp("early")
     bare = root / "bare_gpt2"

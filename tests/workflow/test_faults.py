@@ -800,9 +800,9 @@ def test_clear_one_line_errors(repo, tmp_path, monkeypatch, faults):
     from huggingface_hub import constants
 
     from specalign.commutators.data import uci
-    from specalign.transformers.extract import extract
-    from specalign.transformers.families import UnknownFamilyError
-    from specalign.transformers.sources import ModelSourceError, resolve_model_dir
+    from specalign.transformers.load.extract import extract
+    from specalign.transformers.load.families import UnknownFamilyError
+    from specalign.transformers.load.sources import ModelSourceError, resolve_model_dir
 
     checked = []
     # a checksum mismatch: a damaged copy of the workbook in the mirror

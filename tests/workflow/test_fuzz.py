@@ -637,7 +637,7 @@ def test_any_value_at_any_key_is_accepted_or_refused_naming_the_key(base, schema
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from specalign.transformers.limits import memory_limit_problems
+    from specalign.transformers.load.limits import memory_limit_problems
 
     all_sites = [path for path, _, _ in sites(schema, schema, base)]
     seen = {"accepted": 0, "refused": 0}

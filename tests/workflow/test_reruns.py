@@ -68,7 +68,8 @@ def _fresh_workdir(finished_run, root, name):
 def _touch_module(code, relpath):
     path = code / "src" / "specalign" / relpath
     original = path.read_text()
-    path.write_text(original + "\n# edited by test_reruns\n")
+    # a statement: a comment is not code and reruns nothing (specalign.fingerprint)
+    path.write_text(original + "\n_EDITED_BY_TEST_RERUNS = 1\n")
     return path, original
 
 
@@ -102,15 +103,15 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         ("output.py", COMMUTATOR_SUMMARIES | TRANSFORMER_SUMMARIES),
         # a module of the transformer study only: no commutator job
         # (the per-layer table reads no steering.nc)
-        ("transformers/steer.py",
+        ("transformers/measure/steer.py",
          {"steer"} | TRANSFORMER_SUMMARIES - {"transformer_overview", "transformer_layers"}),
-        ("transformers/tables.py", TRANSFORMER_SUMMARIES),
+        ("transformers/report/tables.py", TRANSFORMER_SUMMARIES),
         # the claims' verdict rules: the report and the per-layer verdicts, no table or figure
-        ("transformers/claims.py", {"transformer_layers", "reproduction"}),
+        ("transformers/report/claims.py", {"transformer_layers", "reproduction"}),
         # the family adapters: the random models (built as causal LMs or not by family),
         # fetch_model (it checks a fetched model's positions through its adapter,
         # limits.model_problems), extraction and everything computed from weights.h5
-        ("transformers/families.py", {"random_model", "fetch_model", "extract_weights",
+        ("transformers/load/families.py", {"random_model", "fetch_model", "extract_weights",
                                       "spectra", "propagate", "steer"} | TRANSFORMER_SUMMARIES),
         # glue every script runs: every rule
         ("workflow.py", EVERY_RULE),

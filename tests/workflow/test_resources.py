@@ -1,5 +1,5 @@
 """Cluster requests follow the model: a job of GPT-Neo 2.7B asks for what it needs, one of
-MiniLM does not (specalign.transformers.resources, rules/common.smk model_resources)."""
+MiniLM does not (specalign.transformers.load.resources, rules/common.smk model_resources)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 from snakemake_helpers import run_snakemake
 from tiny_models import save_tiny
 
-from specalign.transformers import resources as res
+from specalign.transformers.load import resources as res
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
@@ -173,8 +173,8 @@ MODERN = {
 def _meta_model(cfg: dict) -> tuple:
     import transformers
 
-    from specalign.transformers.sources import _random_model_class
-    from specalign.transformers.streaming import parameters_on_meta
+    from specalign.transformers.load.sources import _random_model_class
+    from specalign.transformers.load.streaming import parameters_on_meta
 
     sizes = {k: v for k, v in cfg.items() if k != "model_type"}
     config = transformers.AutoConfig.for_model(cfg["model_type"], **sizes)
@@ -189,8 +189,8 @@ def test_grouped_query_gated_untied_counts_are_close(name):
     within 3 % of the instantiated architecture (on the meta device), and the largest
     unit a streamed pass holds (a layer, the embeddings, the head) exactly that of the
     model's units where the formula has every term."""
-    from specalign.transformers.families import adapter_for
-    from specalign.transformers.streaming import model_units
+    from specalign.transformers.load.families import adapter_for
+    from specalign.transformers.load.streaming import model_units
 
     config, model = _meta_model(MODERN[name])
     cfg = config.to_dict()

@@ -17,18 +17,26 @@ column vectors, y = W x + b, every W stored as (out, in) in float64. For a model
   (``ModelWeights.ov_factors``); when r < d the model is *factored* and no d x d F is
   formed: spectra, propagation and steering use the factors.
 
-Modules (import them directly; this package imports nothing on purpose). Kernels:
-``families`` (one adapter per model family, its traps named), ``weights`` (the in-memory
-form), ``extract`` (checkpoint -> weights, streamed), ``sources`` (hub, local, package
-and random models), ``spectra``, ``directions`` (each layer's principal directions),
-``propagate`` (the simplified model and the propagate rule's states), ``metrics`` (the
-alignment metrics), ``linalg`` (the small kernels those two share), ``steer``, ``sphere``
-(the supplement's dynamics on the sphere). Hugging Face access: ``hf`` (tokenizers,
-prompts, the model loaded or streamed and its hidden states), on ``streaming`` (the
-model run from its checkpoint one unit at a time).
+The package follows the data's way through the DAG, a stage a subpackage, in
+:data:`STAGES` order; a stage may import the modules above and the stages before it,
+never a later one (``tests/test_layout.py`` holds this):
 
-The same roles as in :mod:`specalign.commutators`: ``contracts`` (``weights.h5`` and the
-manifests, read and written; the modes of ``propagation.nc``), ``paper`` (the paper's
-claims, as data), ``tables``, ``reproduction`` (the transformer half of
-``results/reproduction.md``) and ``figures``.
+* the study's common ground, here: ``weights`` (the in-memory form of the convention
+  above), ``variables`` (every output variable's name, dims and description) and
+  ``lineage`` (what each result file was made from);
+* ``train``: models trained here, whose checkpoints the series analyse (optional: a
+  hub model starts at ``load``);
+* ``load``: checkpoints in, ``weights.h5`` and manifests out; families, sources,
+  streaming, the random twins, resources and limits;
+* ``measure``: the kernels: spectra, directions, metrics, propagation, steering and
+  the dynamics on the sphere;
+* ``report``: tables, figures, the claims and their verdicts, series over training,
+  the reproduction text and the summaries ``specalign analyze`` prints.
+
+Import modules directly (``from specalign.transformers.measure import spectra``): no
+package here imports its modules, since every rule's fingerprint includes the
+packages on its way.
 """
+
+#: The stages, in the order of the data's way: a stage imports none after it.
+STAGES = ("train", "load", "measure", "report")

@@ -8,8 +8,8 @@ settings that decide it:
 
 * ``model_id``: a digest of the model's manifest entries that fix its weights
   (``source``, ``revision`` and ``content``, the content digest of its folder,
-  :func:`specalign.contents.model_digest`), with ``source`` and ``manifest`` (the path
-  of the manifest it was read through) for the error messages;
+  :func:`specalign.transformers.load.checkpoint.model_digest`), with ``source`` and
+  ``manifest`` (the path of the manifest it was read through) for the error messages;
 * ``settings``: the settings of the configuration that decide the file (``eta`` for
   spectra.nc, the prompts, propagation and steering settings for the others), as
   canonical JSON.

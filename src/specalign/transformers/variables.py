@@ -174,7 +174,9 @@ PROPAGATION: dict[str, str] = {
 STEERING: dict[str, str] = {
     **_COMMON,
     "layer_block": _LAYER_BLOCK + " (of the unsteered model)",
-    "method": "construction of the W_O change (min_norm or lstsq; specalign.transformers.steer)",
+    "method": (
+        "construction of the W_O change (min_norm or lstsq; specalign.transformers.measure.steer)"
+    ),
     "c": "target eigenvalue of u as a multiple of the spectral radius r of the last F",
     "variant": "original: the unchanged model; steered: the last layer's W_O changed",
     "component": "component of the residual stream",

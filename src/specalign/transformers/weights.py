@@ -63,7 +63,7 @@ SHARED = "shared"
 class ModelWeights:
     """All distinct attention blocks of a model plus what propagation needs to know."""
 
-    family: str  # a model_type of specalign.transformers.families.FAMILIES
+    family: str  # a model_type of specalign.transformers.load.families.FAMILIES
     d_model: int
     n_heads: int
     n_layers: int
