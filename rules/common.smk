@@ -4,27 +4,27 @@ import json
 import sys
 from pathlib import Path
 
+from specalign import layout
 from specalign.commutators.data.uci import DATASETS
 from specalign.commutators.figures import FIGURES
+from specalign.commutators.settings import experiment_config
 from specalign.commutators.tables import TABLES
 from specalign.config import (
     OVERRIDE_HINT,
     ConfigError,
     canonical_json,
     coerce_overrides,
-    experiment_config,
     load_yaml,
-    random_likes,
-    results_folder,
     validate_config,
 )
 from specalign.contents import file_digest
 from specalign.fingerprint import script_fingerprint
 from specalign.output import CAPTION_SUFFIX, TABLE_FORMATS
-from specalign.transformers.report.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.load.checkpoint import model_digest
 from specalign.transformers.load.sources import SPEC_KINDS
+from specalign.transformers.report.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.report.tables import MODEL_TABLES
+from specalign.transformers.settings import random_likes
 
 # Nested values of `--config` arrive as strings (Snakemake's base YAML loader): typed by
 # the schema here and merged again over the config they were merged into.
@@ -66,12 +66,12 @@ EXPERIMENTS = sorted(config["commutators"]["experiments"])
 # Results of a configuration go to its own folder (config key `results`); its logs and
 # benchmarks go beside them, except for the default folder, whose stay at the top
 # (logs/, benchmarks/), where they always were.
-RESULTS = results_folder(config)
-_BOOKKEEPING = "" if RESULTS == "results" else f"{RESULTS}/"
+RESULTS = layout.results_folder(config)
+_BOOKKEEPING = layout.log_folder(RESULTS)
 
 
 def results_path(path):
-    """``path`` inside the configuration's results folder."""
+    """``path`` (one of specalign.layout's) inside the configuration's results folder."""
     return f"{RESULTS}/{path}"
 
 

@@ -34,7 +34,7 @@ rule prepare_data:
     input:
         unpack(data_inputs),
     output:
-        results_path("commutators/{experiment}/data.h5"),
+        results_path(layout.experiment_file("{experiment}", "data.h5")),
     params:
         experiment=exp_json("data"),
         # the workbook by content: other bytes under the same name and time rerun
@@ -42,16 +42,16 @@ rule prepare_data:
     conda:
         CONDA_ENV
     log:
-        log_path("commutators/{experiment}/prepare_data.log"),
+        log_path(layout.experiment_file("{experiment}", "prepare_data.log")),
     script:
         "../scripts/commutators/prepare_data.py"
 
 
 rule train_ensemble:
     input:
-        results_path("commutators/{experiment}/data.h5"),
+        results_path(layout.experiment_file("{experiment}", "data.h5")),
     output:
-        results_path("commutators/{experiment}/trajectories.h5"),
+        results_path(layout.experiment_file("{experiment}", "trajectories.h5")),
     params:
         experiment=exp_json("train"),
     threads: THREADS
@@ -60,9 +60,9 @@ rule train_ensemble:
     conda:
         CONDA_ENV
     log:
-        log_path("commutators/{experiment}/train_ensemble.log"),
+        log_path(layout.experiment_file("{experiment}", "train_ensemble.log")),
     benchmark:
-        benchmark_path("commutators/{experiment}/train_ensemble.tsv")
+        benchmark_path(layout.experiment_file("{experiment}", "train_ensemble.tsv"))
     script:
         "../scripts/commutators/train_ensemble.py"
 
@@ -72,9 +72,9 @@ rule train_ensemble:
 # newer than its outputs, and a renamed file is new wherever it is checked out.
 rule diagnostics:
     input:
-        results_path("commutators/{experiment}/trajectories.h5"),
+        results_path(layout.experiment_file("{experiment}", "trajectories.h5")),
     output:
-        results_path("commutators/{experiment}/diagnostics.nc"),
+        results_path(layout.experiment_file("{experiment}", "diagnostics.nc")),
     params:
         diagnostics=canonical_json(config["commutators"]["diagnostics"]),
         # what trajectories.h5 must have been trained with (checked by the job)
@@ -85,9 +85,9 @@ rule diagnostics:
     conda:
         CONDA_ENV
     log:
-        log_path("commutators/{experiment}/diagnostics.log"),
+        log_path(layout.experiment_file("{experiment}", "diagnostics.log")),
     benchmark:
-        benchmark_path("commutators/{experiment}/diagnostics.tsv")
+        benchmark_path(layout.experiment_file("{experiment}", "diagnostics.tsv"))
     script:
         "../scripts/commutators/commutators.py"
 
@@ -96,10 +96,10 @@ rule commutator_tables:
     input:
         diagnostics_files(),
     output:
-        csv=expand(results_path("tables/commutators/{table}.csv"), table=TABLES),
-        md=expand(results_path("tables/commutators/{table}.md"), table=TABLES),
+        csv=expand(results_path(layout.table("commutators", "{table}") + ".csv"), table=TABLES),
+        md=expand(results_path(layout.table("commutators", "{table}") + ".md"), table=TABLES),
         html=reported(
-            expand(results_path("tables/commutators/{table}.html"), table=TABLES),
+            expand(results_path(layout.table("commutators", "{table}") + ".html"), table=TABLES),
             caption=lambda stem: f"../report/commutators/{stem}.rst",
             category="Commutator study",
             subcategory="Tables",
@@ -119,7 +119,7 @@ rule commutator_figure:
     output:
         figures=reported(
             expand(
-                results_path("figures/commutators/{{figure}}.{fmt}"),
+                results_path(layout.figure("commutators", "{{figure}}") + ".{fmt}"),
                 fmt=config["plots"]["formats"],
             ),
             caption="../report/commutators/figure.rst",
@@ -128,7 +128,7 @@ rule commutator_figure:
             labels={"figure": "{figure}"},
         ),
         # the data-driven caption, read by the report's caption
-        caption=results_path(f"figures/commutators/{{figure}}{CAPTION_SUFFIX}"),
+        caption=results_path(layout.figure("commutators", "{figure}") + CAPTION_SUFFIX),
     wildcard_constraints:
         figure=name_regex(FIGURES),
     params:

@@ -23,7 +23,7 @@ rule fetch_model:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/fetch_model.log"),
+        log_path(layout.model_file("{model}", "fetch_model.log")),
     script:
         "../scripts/transformers/fetch_model.py"
 
@@ -46,9 +46,9 @@ rule random_model:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/random_model.log"),
+        log_path(layout.model_file("{model}", "random_model.log")),
     benchmark:
-        benchmark_path("transformers/{model}/random_model.tsv")
+        benchmark_path(layout.model_file("{model}", "random_model.tsv"))
     script:
         "../scripts/transformers/random_model.py"
 
@@ -63,7 +63,7 @@ checkpoint train_model:
         # a corpus file (corpus.kind file): editing it reruns the training
         corpus=lambda w: training_corpus_file(w.series),
     output:
-        run=results_path("transformers/series/{series}/run.nc"),
+        run=results_path(layout.series_file("{series}", "run.nc")),
         checkpoints=directory(f"{MODEL_CACHE}/{{series}}.checkpoints"),
     wildcard_constraints:
         series=name_regex(TRAINED_SERIES),
@@ -101,7 +101,7 @@ rule trained_checkpoint:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/trained_checkpoint.log"),
+        log_path(layout.model_file("{model}", "trained_checkpoint.log")),
     script:
         "../scripts/transformers/trained_checkpoint.py"
 
@@ -110,26 +110,26 @@ rule extract_weights:
     input:
         f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
-        results_path("transformers/{model}/weights.h5"),
+        results_path(layout.model_file("{model}", "weights.h5")),
     resources:
         **model_resources("extract_weights"),
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/extract_weights.log"),
+        log_path(layout.model_file("{model}", "extract_weights.log")),
     benchmark:
-        benchmark_path("transformers/{model}/extract_weights.tsv")
+        benchmark_path(layout.model_file("{model}", "extract_weights.tsv"))
     script:
         "../scripts/transformers/extract_weights.py"
 
 
 rule spectra:
     input:
-        weights=results_path("transformers/{model}/weights.h5"),
+        weights=results_path(layout.model_file("{model}", "weights.h5")),
         # read to check that weights.h5 is this model's (specalign.transformers.lineage)
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
-        results_path("transformers/{model}/spectra.nc"),
+        results_path(layout.model_file("{model}", "spectra.nc")),
     params:
         eta=config["transformers"]["eta"],
     threads: model_threads("spectra")
@@ -140,20 +140,20 @@ rule spectra:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/spectra.log"),
+        log_path(layout.model_file("{model}", "spectra.log")),
     benchmark:
-        benchmark_path("transformers/{model}/spectra.tsv")
+        benchmark_path(layout.model_file("{model}", "spectra.tsv"))
     script:
         "../scripts/transformers/spectra.py"
 
 
 rule propagate:
     input:
-        weights=results_path("transformers/{model}/weights.h5"),
+        weights=results_path(layout.model_file("{model}", "weights.h5")),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
-        spectra=results_path("transformers/{model}/spectra.nc"),
+        spectra=results_path(layout.model_file("{model}", "spectra.nc")),
     output:
-        results_path("transformers/{model}/propagation.nc"),
+        results_path(layout.model_file("{model}", "propagation.nc")),
     params:
         settings=canonical_json(
             {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
@@ -166,20 +166,20 @@ rule propagate:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/propagate.log"),
+        log_path(layout.model_file("{model}", "propagate.log")),
     benchmark:
-        benchmark_path("transformers/{model}/propagate.tsv")
+        benchmark_path(layout.model_file("{model}", "propagate.tsv"))
     script:
         "../scripts/transformers/propagate.py"
 
 
 rule steer:
     input:
-        weights=results_path("transformers/{model}/weights.h5"),
+        weights=results_path(layout.model_file("{model}", "weights.h5")),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
-        spectra=results_path("transformers/{model}/spectra.nc"),
+        spectra=results_path(layout.model_file("{model}", "spectra.nc")),
     output:
-        results_path("transformers/{model}/steering.nc"),
+        results_path(layout.model_file("{model}", "steering.nc")),
     params:
         settings=canonical_json(
             {
@@ -197,16 +197,16 @@ rule steer:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/steer.log"),
+        log_path(layout.model_file("{model}", "steer.log")),
     benchmark:
-        benchmark_path("transformers/{model}/steer.tsv")
+        benchmark_path(layout.model_file("{model}", "steer.tsv"))
     script:
         "../scripts/transformers/steer.py"
 
 
 rule sphere_dynamics:
     output:
-        results_path("transformers/sphere/sphere.nc"),
+        results_path(layout.SPHERE),
     params:
         settings=canonical_json(config["transformers"]["sphere"]),
     threads: THREADS
@@ -220,15 +220,15 @@ rule sphere_dynamics:
 
 rule transformer_model_figures:
     input:
-        spectra=results_path("transformers/{model}/spectra.nc"),
-        propagation=results_path("transformers/{model}/propagation.nc"),
-        steering=results_path("transformers/{model}/steering.nc"),
+        spectra=results_path(layout.model_file("{model}", "spectra.nc")),
+        propagation=results_path(layout.model_file("{model}", "propagation.nc")),
+        steering=results_path(layout.model_file("{model}", "steering.nc")),
         null_spectra=random_twin_spectra,
         null_propagation=random_twin_propagation,
     output:
         figures=reported(
             expand(
-                results_path("figures/transformers/{{model}}/{stem}.{fmt}"),
+                results_path(layout.model_figure("{{model}}", "{stem}") + ".{fmt}"),
                 stem=MODEL_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -239,7 +239,7 @@ rule transformer_model_figures:
         ),
         # the data-driven captions, read by the report's captions
         captions=expand(
-            results_path("figures/transformers/{{model}}/{stem}{suffix}"),
+            results_path(layout.model_figure("{{model}}", "{stem}") + "{suffix}"),
             stem=MODEL_FIGURES,
             suffix=CAPTION_SUFFIX,
         ),
@@ -250,20 +250,20 @@ rule transformer_model_figures:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/figures.log"),
+        log_path(layout.model_file("{model}", "figures.log")),
     script:
         "../scripts/transformers/transformer_model_figures.py"
 
 
 rule transformer_model_tables:
     input:
-        spectra=results_path("transformers/{model}/spectra.nc"),
-        propagation=results_path("transformers/{model}/propagation.nc"),
-        steering=results_path("transformers/{model}/steering.nc"),
+        spectra=results_path(layout.model_file("{model}", "spectra.nc")),
+        propagation=results_path(layout.model_file("{model}", "propagation.nc")),
+        steering=results_path(layout.model_file("{model}", "steering.nc")),
     output:
         reported(
             expand(
-                results_path("tables/transformers/{{model}}/{table}.{ext}"),
+                results_path(layout.model_table("{{model}}", "{table}") + ".{ext}"),
                 table=list(MODEL_TABLES),
                 ext=TABLE_FORMATS,
             ),
@@ -275,7 +275,7 @@ rule transformer_model_tables:
     conda:
         CONDA_ENV
     log:
-        log_path("transformers/{model}/tables.log"),
+        log_path(layout.model_file("{model}", "tables.log")),
     script:
         "../scripts/transformers/transformer_model_tables.py"
 
@@ -287,7 +287,7 @@ rule transformer_layers:
         propagation=expand(rules.propagate.output[0], model=MODELS),
     output:
         reported(
-            expand(results_path("tables/transformers/layers.{ext}"), ext=TABLE_FORMATS),
+            expand(results_path(layout.table("transformers", "layers") + ".{ext}"), ext=TABLE_FORMATS),
             caption="../report/transformers/table_layers.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -307,12 +307,12 @@ rule transformer_layers:
 rule transformer_overview:
     # Cross-model figures (paper Figs 7 and our reading of 9) and the sphere (13, 14).
     input:
-        spectra=expand(results_path("transformers/{model}/spectra.nc"), model=STUDY_MODELS),
-        sphere=results_path("transformers/sphere/sphere.nc"),
+        spectra=expand(results_path(layout.model_file("{model}", "spectra.nc")), model=STUDY_MODELS),
+        sphere=results_path(layout.SPHERE),
     output:
         figures=reported(
             expand(
-                results_path("figures/transformers/{stem}.{fmt}"),
+                results_path(layout.figure("transformers", "{stem}") + ".{fmt}"),
                 stem=OVERVIEW_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -322,12 +322,12 @@ rule transformer_overview:
             labels=lambda stem: {"figure": stem},
         ),
         captions=expand(
-            results_path("figures/transformers/{stem}{suffix}"),
+            results_path(layout.figure("transformers", "{stem}") + "{suffix}"),
             stem=OVERVIEW_FIGURES,
             suffix=CAPTION_SUFFIX,
         ),
         sphere_table=reported(
-            expand(results_path("tables/transformers/sphere.{ext}"), ext=TABLE_FORMATS),
+            expand(results_path(layout.table("transformers", "sphere") + ".{ext}"), ext=TABLE_FORMATS),
             caption="../report/transformers/table_sphere.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -351,10 +351,10 @@ rule series_training:
     input:
         unpack(series_inputs),
     output:
-        data=results_path("transformers/series/{series}/training.nc"),
+        data=results_path(layout.series_file("{series}", "training.nc")),
         tables=reported(
             expand(
-                results_path("tables/transformers/series/{{series}}/training.{ext}"),
+                results_path(layout.series_table("{{series}}", "training") + ".{ext}"),
                 ext=TABLE_FORMATS,
             ),
             caption="../report/transformers/table_training.rst",
@@ -364,7 +364,7 @@ rule series_training:
         ),
         figures=reported(
             expand(
-                results_path("figures/transformers/series/{{series}}/training.{fmt}"),
+                results_path(layout.series_figure("{{series}}", "training") + ".{fmt}"),
                 fmt=config["plots"]["formats"],
             ),
             caption="../report/transformers/training.rst",
@@ -373,7 +373,7 @@ rule series_training:
             labels={"series": "{series}", "figure": "training"},
         ),
         # the data-driven caption, read by the report's caption
-        caption=results_path(f"figures/transformers/series/{{series}}/training{CAPTION_SUFFIX}"),
+        caption=results_path(layout.series_figure("{series}", "training") + CAPTION_SUFFIX),
     wildcard_constraints:
         series=name_regex(SERIES),
     params:

@@ -247,7 +247,7 @@ def test_twin_names_never_collide_with_a_model_named(tmp_path):
     twin (and was reported as it); now it takes its folder into its name, every model
     keeps its own twin, and no name reads as another model's twin."""
     from specalign.cli import ModelArg, Settings, _unique_names, build_config
-    from specalign.config import _named_twin_of
+    from specalign.transformers.settings import _named_twin_of
 
     def local(path):
         return ModelArg(str(path), path.name, {"source": "local", "path": str(path)})

@@ -106,14 +106,14 @@ def load(out: str | os.PathLike[str], model: str) -> xr.Dataset:
     """
     import yaml
 
-    from specalign import io
-    from specalign.cli import results_dir
+    from specalign import io, layout
 
     out = Path(out)
     cfg_path = out / "config.yaml"
     cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
-    base = results_dir(out, cfg or {}) / "transformers"
-    folder = base / model
+    results = layout.results_dir(out, cfg or {})
+    folder = results / layout.model_file(model, "")
+    base = folder.parent
     if not folder.is_dir():
         there = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
         raise FileNotFoundError(
@@ -122,12 +122,13 @@ def load(out: str | os.PathLike[str], model: str) -> xr.Dataset:
         )
     parts: dict[str, xr.Dataset] = {}
     for stem in _FILES:
-        path = folder / f"{stem}.nc"
+        path = results / layout.model_file(model, f"{stem}.nc")
         if path.exists():
             ds = io.read_netcdf(path)
             parts[stem] = _one_based_spectra(ds) if stem == "spectra" else ds
-    if (folder / "weights.h5").exists():
-        parts["weights"] = _weights_dataset(folder / "weights.h5")
+    weights = results / layout.model_file(model, "weights.h5")
+    if weights.exists():
+        parts["weights"] = _weights_dataset(weights)
     return _merge(parts, model, folder)
 
 

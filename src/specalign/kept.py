@@ -5,7 +5,7 @@ its checks need a fact that is slow to compute and never changes for the same in
 ``transformers`` configuration object's values (imports transformers and torch, 3 s;
 :func:`specalign.transformers.load.families.config_facts`), the vocabulary a training corpus
 can fill (a tokenizer trained on 4.5 M characters, 6-10 s;
-:func:`specalign.config._vocabulary_limit`). Such a fact is kept as a small JSON file
+:func:`specalign.transformers.settings._vocabulary_limit`). Such a fact is kept as a small JSON file
 named by the sha256 of everything it depends on (the caller's key text: contents and
 library versions, never a path or a time), so a changed input is a new key.
 

@@ -4,9 +4,9 @@ import copy
 
 import pytest
 
+from specalign.commutators.settings import experiment_config
 from specalign.config import (
     ConfigError,
-    experiment_config,
     load_schema,
     load_yaml,
     validate_config,
@@ -281,7 +281,7 @@ def test_series_vocabulary_limit_is_kept_by_the_corpus_content(base, tmp_path, m
     """Found once per corpus text and settings, then read from the kept facts: a second
     process (here: the in-process memo emptied) trains no tokenizer; another text is
     another key, so an edited corpus file is checked again."""
-    from specalign import config as config_module
+    from specalign.transformers import settings
     from specalign.transformers.train import training
 
     monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path / "cache"))
@@ -294,12 +294,12 @@ def test_series_vocabulary_limit_is_kept_by_the_corpus_content(base, tmp_path, m
     trained = []
     original = training.vocabulary_limit
     monkeypatch.setattr(training, "vocabulary_limit", lambda *a: trained.append(a) or original(*a))
-    monkeypatch.setattr(config_module, "_LIMITS", {})
+    monkeypatch.setattr(settings, "_LIMITS", {})
     with pytest.raises(ConfigError, match="vocab_size: 40 .* at most") as second:
         validate_config(_with_series(base, s=run))
     assert trained == [] and str(second.value) == str(first.value)
     corpus.write_text(corpus.read_text() + "\nkappa lambda mu nu xi omicron pi rho\n")
-    monkeypatch.setattr(config_module, "_LIMITS", {})
+    monkeypatch.setattr(settings, "_LIMITS", {})
     with pytest.raises(ConfigError, match="vocab_size: 40 .* at most"):
         validate_config(_with_series(base, s=run))
     assert len(trained) == 1  # the edited text is another key

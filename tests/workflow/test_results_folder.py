@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from specalign.config import ConfigError, load_yaml, results_folder, validate_config
+from specalign.config import ConfigError, load_yaml, validate_config
+from specalign.layout import results_folder
 from specalign.workflow import stale_files, stale_message
 
 

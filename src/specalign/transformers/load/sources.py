@@ -281,7 +281,7 @@ def _hub_snapshot(repo_id: str, revision: str, cache_dir: str | Path | None) -> 
                 )
             )
     except Exception as exc:
-        error = _hub_error(exc, repo_id, revision, cache_dir, offline)
+        error = hub_error(exc, repo_id, revision, cache_dir, offline)
         if error is None:
             raise
         _discard_partial_snapshot(repo_id, revision, cache_dir)
@@ -289,7 +289,7 @@ def _hub_snapshot(repo_id: str, revision: str, cache_dir: str | Path | None) -> 
     return folder
 
 
-def _hub_error(
+def hub_error(
     exc: Exception, repo_id: str, revision: str, cache_dir: str | Path | None, offline: bool
 ) -> ModelSourceError | None:
     """The one-line error, with its fix, for a failed hub download (None: not a hub error).

@@ -7,7 +7,7 @@ at the data, and the rows and verdict lines of its section of the reproduction r
 Every threshold is a named constant below, each with the null level it is read against:
 the random-direction null, the eigenvector of the most negative eigenvalue, and the
 random-weight twin of a model (the random model whose ``like:`` names it; ``like`` maps
-each random model to the model it copies, :func:`specalign.config.random_likes`). The
+each random model to the model it copies, :func:`specalign.transformers.settings.random_likes`). The
 rules of "(7) Over training" (:mod:`specalign.transformers.report.series`) apply the same
 thresholds along the checkpoints of a series, with step 0 (the initialisation) as the
 null.

@@ -363,7 +363,7 @@ def reproduction_markdown(
     our measurement with its null level beside it and a plain verdict under the fixed
     rules of :mod:`specalign.transformers.report.claims`; a closing section says where ours
     differ from the paper. ``like`` maps each random model to the model whose
-    configuration it copies (its twin; :func:`specalign.config.random_likes`).
+    configuration it copies (its twin; :func:`specalign.transformers.settings.random_likes`).
     """
     like = dict(like or {})
     models = set(spectra_by_model) | set(prop_by_model) | set(steer_by_model)

@@ -176,8 +176,8 @@ def layer_table(
     random models, which are twins themselves).
 
     ``like`` maps each random model to the model it copies
-    (:func:`specalign.config.random_likes`); the twin of ``m`` is the random model whose
-    ``like:`` names it (:func:`specalign.transformers.report.tables.random_twin`).
+    (:func:`specalign.transformers.settings.random_likes`); the twin of ``m`` is the random
+    model whose ``like:`` names it (:func:`specalign.transformers.report.tables.random_twin`).
     """
     names = sorted(spectra_by_model)
     own = {m: model_layer_table(m, spectra_by_model[m], prop_by_model.get(m)) for m in names}

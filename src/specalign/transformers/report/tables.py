@@ -19,7 +19,7 @@ Conventions:
 * the random-weight twin of a model ``m`` is the random model whose ``like:`` names
   ``m`` (the first by name when several do), the chance level of every trained-model
   result; ``like`` maps each random model to the model it copies
-  (:func:`specalign.config.random_likes`), never guessed from the names.
+  (:func:`specalign.transformers.settings.random_likes`), never guessed from the names.
 """
 
 from __future__ import annotations
