@@ -256,33 +256,36 @@ def test_unknown_family_errors(tmp_path: Path) -> None:
     assert "\n" not in msg and "'mamba'" in msg
     assert ", ".join(sorted(FAMILIES)) in msg
     assert "FamilyAdapter subclass with model_type = 'mamba'" in msg
-    assert "specalign/transformers/load/families.py" in msg
+    assert "specalign/transformers/load/families/" in msg
 
 
 def test_defining_an_adapter_registers_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A subclass that sets ``model_type`` joins ``FAMILIES`` as it is defined; one that
     only inherits it (a shared base) does not; a second class for a taken ``model_type``
     is refused; ``FAMILIES`` cannot be written."""
-    monkeypatch.setattr(families, "_REGISTRY", dict(families._REGISTRY))
-    monkeypatch.setattr(families, "FAMILIES", MappingProxyType(families._REGISTRY))
-    before = set(families.FAMILIES)
+    from specalign.transformers.load.families import base
+    from specalign.transformers.load.families.llama import LlamaAdapter
 
-    class MambaAdapter(families.LlamaAdapter):
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    monkeypatch.setattr(base, "FAMILIES", MappingProxyType(base._REGISTRY))
+    before = set(base.FAMILIES)
+
+    class MambaAdapter(LlamaAdapter):
         model_type = "mamba"
 
     class Variant(MambaAdapter):  # inherits "mamba": no second family
         pass
 
-    assert set(families.FAMILIES) == before | {"mamba"}
-    assert families.adapter_class("mamba") is MambaAdapter
+    assert set(base.FAMILIES) == before | {"mamba"}
+    assert base.adapter_class("mamba") is MambaAdapter
     with pytest.raises(TypeError, match="'llama'.*LlamaAdapter"):
 
         class Again(families.FamilyAdapter):
             model_type = "llama"
 
-    assert families.adapter_class("llama") is families.LlamaAdapter
+    assert base.adapter_class("llama") is LlamaAdapter
     with pytest.raises(TypeError):
-        families.FAMILIES["x"] = MambaAdapter  # type: ignore[index]
+        base.FAMILIES["x"] = MambaAdapter  # type: ignore[index]
 
 
 def test_missing_weights_name_the_folder(tmp_path: Path) -> None:

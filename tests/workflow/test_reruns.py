@@ -111,7 +111,7 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         # the family adapters: the random models (built as causal LMs or not by family),
         # fetch_model (it checks a fetched model's positions through its adapter,
         # limits.model_problems), extraction and everything computed from weights.h5
-        ("transformers/load/families.py", {"random_model", "fetch_model", "extract_weights",
+        ("transformers/load/families/base.py", {"random_model", "fetch_model", "extract_weights",
                                       "spectra", "propagate", "steer"} | TRANSFORMER_SUMMARIES),
         # glue every script runs: every rule
         ("workflow.py", EVERY_RULE),

@@ -1,7 +1,7 @@
 """Lazy extraction of attention weights from a checkpoint folder, and ``weights.h5``.
 
 ``extract`` never instantiates the model: it parses config.json, picks the family
-adapter (``families.py``) and reads the few attention tensors it needs one at a time
+adapter (``families``) and reads the few attention tensors it needs one at a time
 through memory-mapped safetensors (``safe_open``), so peak memory beyond the result is
 about one tensor. Sharded checkpoints (``model.safetensors.index.json``) are read
 shard by shard as names require. Only when a folder holds no safetensors at all does it

@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specalign.transformers.load.families import FamilyAdapter, LlamaAdapter, adapter_for
+from specalign.transformers.load.families import adapter_for
 from specalign.transformers.load.streaming import HEAD_SLICE_BYTES
 from specalign.transformers.load.twin import WRITE_SLICE_BYTES
 
@@ -185,22 +185,6 @@ def safetensors_parameters(model_dir: str | Path) -> int | None:
         return None
 
 
-def _ffn_width(config: Mapping[str, Any], d: int) -> int:
-    return next(
-        (int(config[k])
-         for k in ("intermediate_size", "n_inner", "ffn_dim", "hidden_dim", "ffn_hidden_size")
-         if config.get(k)),
-        4 * d,
-    )  # fmt: skip
-
-
-def gated_ffn(adapter: FamilyAdapter) -> bool:
-    """Whether the family's feed-forward is gated (SwiGLU/GeGLU: gate, up and down
-    projections, three d x f matrices): the Llama-layout families (Llama, Mistral, Qwen,
-    Gemma, Phi-3, every subclass of :class:`LlamaAdapter`)."""
-    return isinstance(adapter, LlamaAdapter)
-
-
 def unit_parameters(config: Mapping[str, Any]) -> dict[str, int]:
     """Parameters of each kind of unit a streamed pass holds at once, from config.json:
     ``layer`` (one decoder layer: grouped-query attention with its biases where the
@@ -208,12 +192,11 @@ def unit_parameters(config: Mapping[str, Any]) -> dict[str, int]:
     ALBERT's and OPT-350m's projection), ``head`` (the LM head when untied, else 0)."""
     adapter = adapter_for(config)
     d, H, kv, dh = adapter.d_model, adapter.n_heads, adapter.n_kv_heads, adapter.d_head
-    f = _ffn_width(config, d)
+    f = adapter.d_ffn
     hf = adapter.hf
-    attention_bias = bool(getattr(hf, "attention_bias", False) or adapter.model_type == "qwen2")
-    bias = not isinstance(adapter, LlamaAdapter) or attention_bias
+    bias = adapter.attention_bias
     attention = 2 * d * H * dh + 2 * d * kv * dh + (bias * (H * dh + 2 * kv * dh + d))
-    ffn = (3 if gated_ffn(adapter) else 2) * d * f + (0 if gated_ffn(adapter) else f + d)
+    ffn = (3 * d * f) if adapter.gated_ffn else (2 * d * f + f + d)
     layer = attention + ffn + 4 * d
     vocab = int(config.get("vocab_size") or 0)
     positions = 0 if adapter.rotary_style else int(adapter.max_positions or 0)
@@ -270,10 +253,10 @@ def model_size(config: Mapping[str, Any], model_dir: str | Path | None = None) -
     units = unit_parameters(config)
     d = adapter.d_model
     vocab = int(config.get("vocab_size") or 0)
-    f = _ffn_width(config, d)
+    f = adapter.d_ffn
     e = int(config.get("embedding_size") or config.get("word_embed_proj_dim") or d)
     layer_tensor = max(d * adapter.n_heads * adapter.d_head,
-                       d * f * (2 if adapter.model_type == "phi3" else 1))  # fmt: skip
+                       d * f * (2 if adapter.fused_gate_up else 1))  # fmt: skip
     return ModelSize(
         n_params=int(stored if stored is not None else config_parameters(config)),
         d_model=d,
