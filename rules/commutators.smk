@@ -42,7 +42,7 @@ rule prepare_data:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.experiment_file("{experiment}", "prepare_data.log")),
+        log_path("commutators/{experiment}/prepare_data.log"),
     script:
         "../scripts/commutators/prepare_data.py"
 
@@ -60,9 +60,9 @@ rule train_ensemble:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.experiment_file("{experiment}", "train_ensemble.log")),
+        log_path("commutators/{experiment}/train_ensemble.log"),
     benchmark:
-        benchmark_path(layout.experiment_file("{experiment}", "train_ensemble.tsv"))
+        benchmark_path("commutators/{experiment}/train_ensemble.tsv")
     script:
         "../scripts/commutators/train_ensemble.py"
 
@@ -85,9 +85,9 @@ rule diagnostics:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.experiment_file("{experiment}", "diagnostics.log")),
+        log_path("commutators/{experiment}/diagnostics.log"),
     benchmark:
-        benchmark_path(layout.experiment_file("{experiment}", "diagnostics.tsv"))
+        benchmark_path("commutators/{experiment}/diagnostics.tsv")
     script:
         "../scripts/commutators/commutators.py"
 
@@ -96,10 +96,10 @@ rule commutator_tables:
     input:
         diagnostics_files(),
     output:
-        csv=expand(results_path(layout.table("commutators", "{table}") + ".csv"), table=TABLES),
-        md=expand(results_path(layout.table("commutators", "{table}") + ".md"), table=TABLES),
+        csv=expand(results_path(layout.table("commutators", "{table}.csv")), table=TABLES),
+        md=expand(results_path(layout.table("commutators", "{table}.md")), table=TABLES),
         html=reported(
-            expand(results_path(layout.table("commutators", "{table}") + ".html"), table=TABLES),
+            expand(results_path(layout.table("commutators", "{table}.html")), table=TABLES),
             caption=lambda stem: f"../report/commutators/{stem}.rst",
             category="Commutator study",
             subcategory="Tables",
@@ -119,7 +119,7 @@ rule commutator_figure:
     output:
         figures=reported(
             expand(
-                results_path(layout.figure("commutators", "{{figure}}") + ".{fmt}"),
+                results_path(layout.figure("commutators", "{{figure}}.{fmt}")),
                 fmt=config["plots"]["formats"],
             ),
             caption="../report/commutators/figure.rst",
@@ -128,7 +128,7 @@ rule commutator_figure:
             labels={"figure": "{figure}"},
         ),
         # the data-driven caption, read by the report's caption
-        caption=results_path(layout.figure("commutators", "{figure}") + CAPTION_SUFFIX),
+        caption=results_path(layout.figure("commutators", f"{{figure}}{CAPTION_SUFFIX}")),
     wildcard_constraints:
         figure=name_regex(FIGURES),
     params:

@@ -11,10 +11,10 @@ rule reproduction:
         sphere=rules.sphere_dynamics.output if STUDY_MODELS else [],
         series=expand(rules.series_training.output.data, series=SERIES),
     output:
-        md=results_path(layout.REPORT + ".md"),
+        md=results_path(f"{layout.REPORT}.md"),
         # the same text as a page, which the report shows in place
         html=report(
-            results_path(layout.REPORT + ".html"),
+            results_path(f"{layout.REPORT}.html"),
             caption="../report/reproduction.rst",
             category="Reproduction report",
             labels={"document": "reproduction"},

@@ -23,7 +23,7 @@ rule fetch_model:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "fetch_model.log")),
+        log_path("transformers/{model}/fetch_model.log"),
     script:
         "../scripts/transformers/fetch_model.py"
 
@@ -46,9 +46,9 @@ rule random_model:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "random_model.log")),
+        log_path("transformers/{model}/random_model.log"),
     benchmark:
-        benchmark_path(layout.model_file("{model}", "random_model.tsv"))
+        benchmark_path("transformers/{model}/random_model.tsv")
     script:
         "../scripts/transformers/random_model.py"
 
@@ -101,7 +101,7 @@ rule trained_checkpoint:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "trained_checkpoint.log")),
+        log_path("transformers/{model}/trained_checkpoint.log"),
     script:
         "../scripts/transformers/trained_checkpoint.py"
 
@@ -116,9 +116,9 @@ rule extract_weights:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "extract_weights.log")),
+        log_path("transformers/{model}/extract_weights.log"),
     benchmark:
-        benchmark_path(layout.model_file("{model}", "extract_weights.tsv"))
+        benchmark_path("transformers/{model}/extract_weights.tsv")
     script:
         "../scripts/transformers/extract_weights.py"
 
@@ -140,9 +140,9 @@ rule spectra:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "spectra.log")),
+        log_path("transformers/{model}/spectra.log"),
     benchmark:
-        benchmark_path(layout.model_file("{model}", "spectra.tsv"))
+        benchmark_path("transformers/{model}/spectra.tsv")
     script:
         "../scripts/transformers/spectra.py"
 
@@ -166,9 +166,9 @@ rule propagate:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "propagate.log")),
+        log_path("transformers/{model}/propagate.log"),
     benchmark:
-        benchmark_path(layout.model_file("{model}", "propagate.tsv"))
+        benchmark_path("transformers/{model}/propagate.tsv")
     script:
         "../scripts/transformers/propagate.py"
 
@@ -197,9 +197,9 @@ rule steer:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "steer.log")),
+        log_path("transformers/{model}/steer.log"),
     benchmark:
-        benchmark_path(layout.model_file("{model}", "steer.tsv"))
+        benchmark_path("transformers/{model}/steer.tsv")
     script:
         "../scripts/transformers/steer.py"
 
@@ -228,7 +228,7 @@ rule transformer_model_figures:
     output:
         figures=reported(
             expand(
-                results_path(layout.model_figure("{{model}}", "{stem}") + ".{fmt}"),
+                results_path(layout.model_figure("{{model}}", "{stem}.{fmt}")),
                 stem=MODEL_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -239,7 +239,7 @@ rule transformer_model_figures:
         ),
         # the data-driven captions, read by the report's captions
         captions=expand(
-            results_path(layout.model_figure("{{model}}", "{stem}") + "{suffix}"),
+            results_path(layout.model_figure("{{model}}", "{stem}{suffix}")),
             stem=MODEL_FIGURES,
             suffix=CAPTION_SUFFIX,
         ),
@@ -250,7 +250,7 @@ rule transformer_model_figures:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "figures.log")),
+        log_path("transformers/{model}/figures.log"),
     script:
         "../scripts/transformers/transformer_model_figures.py"
 
@@ -263,7 +263,7 @@ rule transformer_model_tables:
     output:
         reported(
             expand(
-                results_path(layout.model_table("{{model}}", "{table}") + ".{ext}"),
+                results_path(layout.model_table("{{model}}", "{table}.{ext}")),
                 table=list(MODEL_TABLES),
                 ext=TABLE_FORMATS,
             ),
@@ -275,7 +275,7 @@ rule transformer_model_tables:
     conda:
         CONDA_ENV
     log:
-        log_path(layout.model_file("{model}", "tables.log")),
+        log_path("transformers/{model}/tables.log"),
     script:
         "../scripts/transformers/transformer_model_tables.py"
 
@@ -287,7 +287,7 @@ rule transformer_layers:
         propagation=expand(rules.propagate.output[0], model=MODELS),
     output:
         reported(
-            expand(results_path(layout.table("transformers", "layers") + ".{ext}"), ext=TABLE_FORMATS),
+            expand(results_path(layout.table("transformers", "layers.{ext}")), ext=TABLE_FORMATS),
             caption="../report/transformers/table_layers.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -312,7 +312,7 @@ rule transformer_overview:
     output:
         figures=reported(
             expand(
-                results_path(layout.figure("transformers", "{stem}") + ".{fmt}"),
+                results_path(layout.figure("transformers", "{stem}.{fmt}")),
                 stem=OVERVIEW_FIGURES,
                 fmt=config["plots"]["formats"],
             ),
@@ -322,12 +322,12 @@ rule transformer_overview:
             labels=lambda stem: {"figure": stem},
         ),
         captions=expand(
-            results_path(layout.figure("transformers", "{stem}") + "{suffix}"),
+            results_path(layout.figure("transformers", "{stem}{suffix}")),
             stem=OVERVIEW_FIGURES,
             suffix=CAPTION_SUFFIX,
         ),
         sphere_table=reported(
-            expand(results_path(layout.table("transformers", "sphere") + ".{ext}"), ext=TABLE_FORMATS),
+            expand(results_path(layout.table("transformers", "sphere.{ext}")), ext=TABLE_FORMATS),
             caption="../report/transformers/table_sphere.rst",
             category="Transformer study",
             subcategory="All models and sphere dynamics",
@@ -354,7 +354,7 @@ rule series_training:
         data=results_path(layout.series_file("{series}", "training.nc")),
         tables=reported(
             expand(
-                results_path(layout.series_table("{{series}}", "training") + ".{ext}"),
+                results_path(layout.series_table("{{series}}", "training.{ext}")),
                 ext=TABLE_FORMATS,
             ),
             caption="../report/transformers/table_training.rst",
@@ -364,7 +364,7 @@ rule series_training:
         ),
         figures=reported(
             expand(
-                results_path(layout.series_figure("{{series}}", "training") + ".{fmt}"),
+                results_path(layout.series_figure("{{series}}", "training.{fmt}")),
                 fmt=config["plots"]["formats"],
             ),
             caption="../report/transformers/training.rst",
@@ -373,7 +373,7 @@ rule series_training:
             labels={"series": "{series}", "figure": "training"},
         ),
         # the data-driven caption, read by the report's caption
-        caption=results_path(layout.series_figure("{series}", "training") + CAPTION_SUFFIX),
+        caption=results_path(layout.series_figure("{series}", f"training{CAPTION_SUFFIX}")),
     wildcard_constraints:
         series=name_regex(SERIES),
     params:

@@ -67,22 +67,22 @@ SPHERE = "transformers/sphere/sphere.nc"
 
 
 def series_table(series: str, name: str) -> str:
-    """A table of one checkpoint series, without its extension."""
+    """A table of one checkpoint series, with its extension."""
     return f"tables/transformers/series/{series}/{name}"
 
 
 def series_figure(series: str, name: str) -> str:
-    """A figure of one checkpoint series, without its extension."""
+    """A figure of one checkpoint series, with its extension."""
     return f"figures/transformers/series/{series}/{name}"
 
 
 def model_table(model: str, name: str) -> str:
-    """A table of one model, without its extension."""
+    """A table of one model, with its extension."""
     return f"tables/transformers/{model}/{name}"
 
 
 def model_figure(model: str, name: str) -> str:
-    """A figure of one model, without its extension."""
+    """A figure of one model, with its extension."""
     return f"figures/transformers/{model}/{name}"
 
 
@@ -100,14 +100,14 @@ def experiment_file(experiment: str, name: str) -> str:
 def table(study: str, name: str) -> str:
     """A table of a whole study (``transformers`` or ``commutators``), without its
     extension; the per-layer table of every model is ``table("transformers",
-    "layers")``."""
+    "layers.csv")``."""
     return f"tables/{study}/{name}"
 
 
 def figure(study: str, name: str) -> str:
-    """A figure of a whole study, without its extension."""
+    """A figure of a whole study, with its extension."""
     return f"figures/{study}/{name}"
 
 
-#: The reproduction report, without its extension (``.md`` and ``.html``).
+#: The reproduction report's stem (the files are ``.md`` and ``.html``).
 REPORT = "reproduction"
