@@ -120,6 +120,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
                     "query_pre_attn_scalar": 20, "sliding_window": 3,
                     "sliding_window_pattern": 2, "rope_theta": 1000000.0,
                     "rope_local_base_freq": 10000.0},
+    # OLMo 1: LayerNorm without parameters (no norm tensors in the checkpoint).
+    "olmo": {"model_type": "olmo", **_GQA, "num_key_value_heads": 4},
     "phi3": {"model_type": "phi3", **_GQA, "sliding_window": 5, "partial_rotary_factor": 0.5,
              "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
              "tie_word_embeddings": False},
@@ -144,6 +146,7 @@ TWINS: dict[str, str] = {
     "gemma-2-2b": "gemma2",
     "gemma-3-1b": "gemma3_text",
     "phi-3-mini": "phi3",
+    "olmo-1b": "olmo",
     "roberta-base": "roberta",
     "distilbert-base": "distilbert",
 }

@@ -38,6 +38,7 @@ from specalign.transformers.load import hf
 from specalign.transformers.load.contracts import read_weights_h5
 from specalign.transformers.load.extract import extract, extract_to_h5
 from specalign.transformers.load.families import FAMILIES, adapter_class, expand_kv
+from specalign.transformers.load.families.llama import LlamaAdapter
 from specalign.transformers.measure import propagate as prop
 from specalign.transformers.measure import steer as st
 from specalign.transformers.report.paper import PAPER_FAMILIES
@@ -57,9 +58,11 @@ MODULES = {
     "gptj": ("h", "attn", "attn.out_proj"),
     "opt": ("decoder.layers", "self_attn", "self_attn.out_proj"),
     "falcon": ("h", "self_attention", "self_attention.dense"),
+    # every family of the Llama layout, read from the registry
     **{
         mt: ("layers", "self_attn", "self_attn.o_proj")
-        for mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")
+        for mt, cls in FAMILIES.items()
+        if issubclass(cls, LlamaAdapter)
     },
 }
 CASES = sorted(CONFIGS)

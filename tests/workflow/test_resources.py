@@ -163,6 +163,11 @@ MODERN = {
                    "num_hidden_layers": 32, "num_attention_heads": 32,
                    "num_key_value_heads": 32, "vocab_size": 32064,
                    "tie_word_embeddings": False},
+    # norms without parameters, tied embeddings (allenai/OLMo-1B-hf)
+    "olmo-1b": {"model_type": "olmo", "hidden_size": 2048, "intermediate_size": 8192,
+                "num_hidden_layers": 16, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "vocab_size": 50304,
+                "max_position_embeddings": 2048, "tie_word_embeddings": True},
     # multi-query (one key/value head), parallel attention and MLP, no biases
     "falcon-7b": {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
                   "num_attention_heads": 71, "multi_query": True, "parallel_attn": True,

@@ -283,3 +283,33 @@ class Phi3Adapter(LlamaAdapter):
             for a, z in zip(cuts[:-1], cuts[1:], strict=True)
         )
         return q, k, v, self._linear(reader, f"{p}.o_proj")
+
+
+class OlmoAdapter(LlamaAdapter):
+    """OLMo (1): the Llama layout with a LayerNorm that has no parameters.
+
+    Traps: (1) ``input_layernorm`` is a centred LayerNorm without weight or bias (no
+    tensor in the checkpoint: gain ones, bias zeros) and eps 1e-5 fixed in the code, not
+    a config key; (2) ``clip_qkv`` clamps q, k and v elementwise, which the simplified
+    update does not model: refused when set.
+    """
+
+    model_type = "olmo"
+    doc_title = "OLMo"
+    doc_layout = "as Llama, no norm weights"
+    doc_notes = (
+        "LayerNorm without weight or bias before attention (gain 1, bias 0; eps 1e-5 in the "
+        "code, no key). `clip_qkv` (q, k, v clamped) refused."
+    )
+    norm = "layernorm"
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        if getattr(self.hf, "clip_qkv", None) is not None:
+            raise ValueError(
+                f"olmo: clip_qkv = {self.hf.clip_qkv} clamps q, k and v, which the simplified "
+                "model does not; such checkpoints are not supported"
+            )
+
+    def _ln_eps(self) -> float:
+        return 1e-5
