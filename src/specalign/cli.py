@@ -428,7 +428,7 @@ def workflow_argv(out: Path, config_path: Path, settings: Settings) -> list[str]
 
 
 def layers_csv(out: Path, cfg: Mapping[str, Any]) -> Path:
-    return results_dir(out, cfg) / (layout.table("transformers", "layers.csv"))
+    return results_dir(out, cfg) / layout.table("transformers", "layers.csv")
 
 
 def summary_frame(out: Path, cfg: Mapping[str, Any], names: Sequence[str]) -> Any:

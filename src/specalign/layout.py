@@ -98,7 +98,7 @@ def experiment_file(experiment: str, name: str) -> str:
 
 
 def table(study: str, name: str) -> str:
-    """A table of a whole study (``transformers`` or ``commutators``), without its
+    """A table of a whole study (``transformers`` or ``commutators``), with its
     extension; the per-layer table of every model is ``table("transformers",
     "layers.csv")``."""
     return f"tables/{study}/{name}"
