@@ -22,8 +22,10 @@ The package follows the data's way through the DAG, a stage a subpackage, in
 never a later one (``tests/test_layout.py`` holds this):
 
 * the study's common ground, here: ``weights`` (the in-memory form of the convention
-  above), ``variables`` (every output variable's name, dims and description) and
-  ``lineage`` (what each result file was made from);
+  above), ``variables`` (every output variable's name, dims and description),
+  ``metric_table`` (each metric of propagation.nc declared once: kernel, dims,
+  description, table columns, figure row) and ``lineage`` (what each result file was
+  made from);
 * ``train``: models trained here, whose checkpoints the series analyse (optional: a
   hub model starts at ``load``);
 * ``load``: checkpoints in, ``weights.h5`` and manifests out; families, sources,

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from specalign.transformers import metric_table
+
 if TYPE_CHECKING:
     import xarray as xr
 
@@ -127,21 +129,6 @@ SPECTRA: dict[str, str] = {
     ),
 }
 
-#: The alignment metrics of propagation.nc (Li & Altafini Sec. 3, eqs. for gamma, psi, rho).
-_ALIGN: dict[str, str] = {
-    "gamma": "gamma_t = |corr(x_t, v_t)| of each token after layer t",
-    "psi": "psi_t = |corr(x_t, v_t)| - |corr(x_{t-1}, v_t)|: the tilt layer t gives",
-    "rho": "rho_t = fraction of tokens with psi_t > d*eps (a rise above round-off)",
-    "gamma_mean": "gamma_t of the mean token of each prompt",
-    "psi_mean": "psi_t of the mean token of each prompt",
-    "rho_mean": "rho_t over the mean tokens of the prompts",
-}
-_AGAINST = {
-    "": "v_t = v1_t, the leading real eigenvector of F_t (direction_v1 of spectra.nc)",
-    "_null": "v_t = random unit directions, averaged over null_draws draws (chance level)",
-    "_neg_null": "v_t = the eigenvector of the most negative eigenvalue of F_t",
-}
-
 PROPAGATION: dict[str, str] = {
     **_COMMON,
     "layer_block": _LAYER_BLOCK + "; past the model's depth, the repeated layer's block",
@@ -151,20 +138,8 @@ PROPAGATION: dict[str, str] = {
         "prolonged_full (the simplified model repeating the last layer, Fig. 6)"
     ),
     "state": "state t = output of layer t; state 0 is the embedding output",
-    **{
-        base + suffix: f"{text}; {_AGAINST[suffix]}"
-        for base, text in _ALIGN.items()
-        for suffix in _AGAINST
-    },
-    "gamma_v2": "|corr(x_t, v2_t)| of each token after layer t (paper Fig. 5)",
-    "corr_proj": (
-        "|corr(x_t, P x_t)|, P the orthogonal projection onto the principal subspace of F_t "
-        "(attribute proj; paper Fig. 5)"
-    ),
-    "token_distance": (
-        "mean pairwise distance between the tokens of a prompt at each state, unit-normalised "
-        "tokens unless normalize_distance = 0 (paper Fig. 4)"
-    ),
+    # the metrics, from the one table that declares them
+    **metric_table.descriptions(),
     "lambda_v1": "eigenvalue of v1_t, the leading real eigenvalue of F_t",
     "lambda_v2": "eigenvalue of v2_t",
     "lambda_neg": "the most negative real eigenvalue of F_t",

@@ -30,6 +30,7 @@ import xarray as xr
 
 from specalign.transformers.measure.directions import layer_directions, layer_schedule
 from specalign.transformers.measure.linalg import stacked_matmul, unit
+from specalign.transformers.metric_table import METRICS, LayerReading, StateReading, dims
 from specalign.transformers.weights import ModelWeights
 
 Corr = Literal["cosine", "pearson"]
@@ -149,27 +150,11 @@ def _dots(rows: np.ndarray, dirs: np.ndarray) -> np.ndarray:
     return np.abs(_products(rows, dirs))
 
 
-def _from_dots(
-    after: np.ndarray, before: np.ndarray, m_after: np.ndarray, m_before: np.ndarray, d: int
-) -> dict[str, np.ndarray]:
-    """gamma, psi, rho and their mean-token versions from the absolute correlations of
-    the tokens (L, P, N) and of the prompts' mean tokens (L, P) after and before a
-    layer, for L directions (or layers): the one definition of these metrics, for the
-    stream and for whole runs. rho counts a rise only above :func:`psi_round_off`."""
-    L = after.shape[0]
-    psi, psi_m = after - before, m_after - m_before
-    tol = psi_round_off(d)
-    with np.errstate(invalid="ignore"):
-        rho = np.where(np.isnan(psi).all(axis=(1, 2)), np.nan, (psi > tol).mean(axis=(1, 2)))
-        rho_m = np.where(np.isnan(psi_m).all(axis=1), np.nan, (psi_m > tol).mean(axis=1))
-    return {
-        "gamma": after.reshape(L, -1),
-        "psi": psi.reshape(L, -1),
-        "rho": rho,
-        "gamma_mean": m_after,
-        "psi_mean": psi_m,
-        "rho_mean": rho_m,
-    }
+def _direction_metrics(reading: LayerReading) -> dict[str, np.ndarray]:
+    """Every metric measured against directions (:data:`METRICS` with ``nulls``), for
+    the K directions of ``reading``: the one definition of these metrics, for the
+    stream and for whole runs."""
+    return {m.name: m.kernel(reading) for m in METRICS if m.nulls}
 
 
 def alignment(S: np.ndarray, dirs: np.ndarray, corr: Corr = "cosine") -> dict[str, np.ndarray]:
@@ -184,8 +169,14 @@ def alignment(S: np.ndarray, dirs: np.ndarray, corr: Corr = "cosine") -> dict[st
         """Layer t's rows X[t] against its own direction D[t]."""
         return np.stack([_dots(x, D[t : t + 1])[0] for t, x in enumerate(X)])
 
-    return _from_dots(
-        per_layer(Su[1:]), per_layer(Su[:-1]), per_layer(Mu[1:]), per_layer(Mu[:-1]), S.shape[-1]
+    return _direction_metrics(
+        LayerReading(
+            per_layer(Su[1:]),
+            per_layer(Su[:-1]),
+            per_layer(Mu[1:]),
+            per_layer(Mu[:-1]),
+            psi_round_off(S.shape[-1]),
+        )
     )
 
 
@@ -322,7 +313,7 @@ class MetricsStream:
         sizes = {"mode": len(modes), "layer": T, "token": self.P * self.N, "prompt": self.P}
         sizes["state"] = T + 1
         self.out = {
-            c: {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in _METRIC_DIMS.items()}
+            c: {k: np.full([sizes[x] for x in dm], np.nan) for k, dm in _DIMS.items()}
             for c in self.corrs
         }
         self.n_added = dict.fromkeys(modes, 0)
@@ -353,20 +344,22 @@ class MetricsStream:
             for m in modes:
                 self.first_nonfinite.setdefault(m, t)
         index = [list(self.modes).index(m) for m in modes]
-        distance = token_distance(S, normalize=self.normalize_distance)  # corr-free
+        # a state's metrics read no direction, so no correlation: computed once
+        state = StateReading(S, self.normalize_distance, token_distance)
+        per_state = {m.name: m.kernel(state) for m in METRICS if m.per == "state"}
 
         def reading(corr: Corr) -> None:
             out = self.out[corr]
             # as a whole run's rows would be: the leading axis is the state's
             Su, Mu = _unit_rows(S[None], corr)[0], _unit_rows(S[None].mean(axis=2), corr)[0]
-            rows = {"token_distance": distance}
+            rows = {}
             if t > 0:
-                rows.update(self._layer(self._prev[(corr, modes[0])], (Su, Mu), S, t - 1, corr))
+                rows = self._layer(self._prev[(corr, modes[0])], (Su, Mu), S, t - 1, corr)
             for mi, m in zip(index, modes, strict=True):
-                out["token_distance"][mi, t] = distance
+                for k, val in per_state.items():
+                    out[k][mi, t] = val
                 for k, val in rows.items():
-                    if k != "token_distance":
-                        out[k][mi, t - 1] = val
+                    out[k][mi, t - 1] = val
                 self._prev[(corr, m)] = (Su, Mu)
 
         # the correlations side by side on the job's cores: their norms and dot products
@@ -395,7 +388,6 @@ class MetricsStream:
     ) -> dict[str, np.ndarray]:
         """The values of layer i + 1 (index i), from the unit rows of its input and
         output states (tokens, mean tokens) and the output state S."""
-        d = self.mw.d_model
         # the directions in one (R + 3, d) array: v1, v_neg, the R draws, then v2, which
         # only the output is measured against (gamma_v2)
         D = _unit_rows(
@@ -405,19 +397,30 @@ class MetricsStream:
             corr,
         )
         a_tok, a_mean = _dots(after[0], D), _dots(after[1], D)
-        b_tok, b_mean = _dots(before[0], D[:-1]), _dots(before[1], D[:-1])
-        vals = _from_dots(a_tok[:-1], b_tok, a_mean[:-1], b_mean, d)
-        rows = {k: v[0] for k, v in vals.items()}
-        rows.update({k + "_neg_null": v[1] for k, v in vals.items()})
-        # the random-direction nulls: each metric's mean over the draws
-        rows.update({k + "_null": v[2:].mean(axis=0) for k, v in vals.items()})
-        rows["gamma_v2"] = a_tok[-1].reshape(-1)
-        # the projection onto the principal subspace, as two products; then each token's
-        # correlation with its own projection
-        flat = S.reshape(-1, d)
-        proj = (flat @ self.bases[i]) @ self.bases[i].T
-        Pu = _unit_rows(proj, corr)
-        rows["corr_proj"] = np.abs(np.einsum("md,md->m", after[0].reshape(-1, d), Pu))
+        reading = LayerReading(
+            after=a_tok[:-1],
+            before=_dots(before[0], D[:-1]),
+            mean_after=a_mean[:-1],
+            mean_before=_dots(before[1], D[:-1]),
+            round_off=psi_round_off(self.mw.d_model),
+            rows_before=before[0],
+            rows_after=after[0],
+            state=S,
+            after_v2=a_tok[-1],
+            basis=self.bases[i],
+            unit_rows=lambda X: _unit_rows(X, corr),
+        )
+        rows = {}
+        for m in METRICS:
+            if m.per == "state":
+                continue
+            value = m.kernel(reading)
+            if m.nulls:
+                # v1's, then the nulls: v_neg's, and the mean over the random draws
+                rows[m.name], rows[m.name + "_neg_null"] = value[0], value[1]
+                rows[m.name + "_null"] = value[2:].mean(axis=0)
+            else:
+                rows[m.name] = value
         return rows
 
     def dataset(self, corr: Corr) -> xr.Dataset:
@@ -430,7 +433,7 @@ class MetricsStream:
                 + ", ".join(f"{m} has {n} of {self.modes[m] + 1}" for m, n in missing.items())
             )
         mw, T, P, N, dirs = self.mw, self.T, self.P, self.N, self.dirs
-        data_vars: dict[str, Any] = {k: (_METRIC_DIMS[k], a) for k, a in self.out[corr].items()}
+        data_vars: dict[str, Any] = {k: (_DIMS[k], a) for k, a in self.out[corr].items()}
         for k in ("lambda_v1", "lambda_v2", "lambda_neg"):
             data_vars[k] = (("layer",), dirs[k].astype(np.float64))
         data_vars["lambda1_is_complex"] = (("layer",), dirs["lambda1_is_complex"].astype(np.int8))
@@ -471,26 +474,7 @@ class MetricsStream:
         )
 
 
-_PER_TOKEN = ("mode", "layer", "token")
-_PER_LAYER = ("mode", "layer")
-_PER_PROMPT = ("mode", "layer", "prompt")
-#: The dims of each alignment metric of :func:`_align`.
-_ALIGN_DIMS: dict[str, tuple[str, ...]] = {
-    "gamma": _PER_TOKEN,
-    "psi": _PER_TOKEN,
-    "rho": _PER_LAYER,
-    "gamma_mean": _PER_PROMPT,
-    "psi_mean": _PER_PROMPT,
-    "rho_mean": _PER_LAYER,
-}
-#: The dims of every variable of :func:`propagation_metrics`: the alignment metrics
-#: against v1 and their two nulls, then the others.
-_METRIC_DIMS: dict[str, tuple[str, ...]] = {
-    **{k + suffix: dm for suffix in ("", "_null", "_neg_null") for k, dm in _ALIGN_DIMS.items()},
-    "gamma_v2": _PER_TOKEN,
-    "corr_proj": _PER_TOKEN,
-    "token_distance": ("mode", "state", "prompt"),
-}
+_DIMS = dims()
 
 
 def _states_shape(mw: ModelWeights, states: Mapping[str, np.ndarray]) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import xarray as xr
 
+from specalign.transformers import metric_table
 from specalign.transformers.load.contracts import MODES
 from specalign.transformers.measure.directions import block_principal_directions, layer_schedule
 from specalign.transformers.measure.linalg import rows_matmul, stacked_matmul, unit
@@ -402,9 +403,11 @@ def propagation_dataset(
     seed: int,
     directions: Sequence[Mapping[str, Any]] | None = None,
 ) -> xr.Dataset:
-    """All metrics of ``propagation_metrics`` with the configured correlation,
-    plus ``gamma``, ``psi``, ``rho`` and their random-direction nulls under the other
-    correlation (suffix ``_pearson`` or ``_cosine``) so the two readings can be compared.
+    """All metrics of ``propagation_metrics`` with the configured correlation, plus
+    those the metric table stores under the other correlation too
+    (:func:`~specalign.transformers.metric_table.other_variables`: ``gamma``, ``psi``,
+    ``rho``, ``rho_mean`` and the random-direction nulls of gamma and rho), suffixed
+    ``_pearson`` or ``_cosine``, so that the two readings can be compared.
     ``directions``: the blocks' directions from ``spectra.nc`` (decomposed here if None).
     The propagate rule computes the same dataset with :func:`propagation_run`, without
     holding the states.
@@ -510,7 +513,7 @@ def _both_readings(stream: MetricsStream, cfg: Mapping[str, Any]) -> xr.Dataset:
     corr, other = stream.corrs
     ds = stream.dataset(corr)
     alt = stream.dataset(other)
-    for var in ("gamma", "psi", "rho", "gamma_null", "rho_null", "rho_mean"):
+    for var in metric_table.other_variables():
         ds[f"{var}_{other}"] = alt[var]
         ds[f"{var}_{other}"].attrs["description"] = f"{var} with corr = {other}"
     ds.attrs.update(corr=corr, corr_other=other)

@@ -38,6 +38,7 @@ import xarray as xr
 from specalign.output import nanmean as _nanmean
 from specalign.output import nanstd as _nanstd
 from specalign.output import write_table
+from specalign.transformers import metric_table
 
 __all__ = [
     "MODEL_TABLES",
@@ -210,7 +211,8 @@ def eigenvalue_table(spectra: xr.Dataset, model: str, n_eigs: int = _N_EIGS) -> 
 def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
     """One row per (mode, layer) of the layers each mode has.
 
-    Columns: ``layer`` (1..L, more for the prolonged modes) and its ``block`` (empty for a
+    Columns (the metrics' from :func:`specalign.transformers.metric_table.table_columns`):
+    ``layer`` (1..L, more for the prolonged modes) and its ``block`` (empty for a
     file without ``layer_block``), ``gamma``/``gamma_sd`` (token mean and sd),
     ``gamma_meantok`` (the mean token of each prompt, averaged over prompts),
     ``psi``/``psi_sd``, ``rho``,
@@ -238,28 +240,16 @@ def propagation_table(prop: xr.Dataset, model: str) -> pd.DataFrame:
                 dtype="Int64",
             ),
             "corr": [corr] * T,
-            "gamma": reduce_dim(ds["gamma"], "token", _nanmean),
-            "gamma_sd": reduce_dim(ds["gamma"], "token", _nanstd),
-            "gamma_meantok": reduce_dim(ds["gamma_mean"], "prompt", _nanmean),
-            "psi": reduce_dim(ds["psi"], "token", _nanmean),
-            "psi_sd": reduce_dim(ds["psi"], "token", _nanstd),
-            "rho": ds["rho"].values.astype(float),
-            "rho_meantok": ds["rho_mean"].values.astype(float),
-            "gamma_null": reduce_dim(ds["gamma_null"], "token", _nanmean),
-            "psi_null": reduce_dim(ds["psi_null"], "token", _nanmean),
-            "rho_null": ds["rho_null"].values.astype(float),
-            "gamma_neg_null": reduce_dim(ds["gamma_neg_null"], "token", _nanmean),
-            "rho_neg_null": ds["rho_neg_null"].values.astype(float),
         }
-        for base in ("gamma", "rho", "gamma_null", "rho_null"):
-            var = f"{base}_{other}"
-            if var in ds:
-                da = ds[var]
-                cols[var] = (
-                    reduce_dim(da, "token", _nanmean)
-                    if "token" in da.dims
-                    else da.values.astype(float)
-                )
+        # the metric table's columns; the other correlation's only where the file has them
+        for c in metric_table.table_columns(other):
+            if c.optional and c.variable not in ds:
+                continue
+            da = ds[c.variable]
+            if c.over:
+                cols[c.name] = reduce_dim(da, c.over, _nanstd if c.reduction == "sd" else _nanmean)
+            else:
+                cols[c.name] = da.values.astype(float)
         frames.append(pd.DataFrame(cols))
     if not frames:
         return pd.DataFrame(columns=["model", "mode", "layer"])

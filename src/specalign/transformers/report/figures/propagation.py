@@ -15,6 +15,7 @@ import xarray as xr
 from specalign import figstyle
 from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
+from specalign.transformers import metric_table
 from specalign.transformers.report.figures.style import (
     _NULL,
     _RANDOM_MODEL,
@@ -173,31 +174,43 @@ def _correlation_panel(
     ax: Axes,
     ds: xr.Dataset,
     var: str,
-    null: tuple[np.ndarray, np.ndarray],
-    null_label: str,
+    null: tuple[np.ndarray, np.ndarray] | None,
+    null_label: str | None,
 ) -> float:
     """One row of the correlations figure: each prompt's token average (gray), the
-    average over all tokens (red), the null (dashed, sd band); returns the average over
-    layers."""
+    average over all tokens (red), the null if any (dashed, sd band); returns the
+    average over layers."""
     x = ds["layer"].values
     per_prompt = ds[var].groupby("token_prompt").mean(skipna=True)  # (layer, prompt)
     pp = np.asarray(per_prompt.transpose("layer", ...).values, dtype=float)
     ax.plot(x, pp, color="0.6", lw=0.5, alpha=0.6)
     avg = _nanstats(ds[var], "token")[0]
     ax.plot(x, avg, color="tab:red", lw=2.0, marker="o", ms=3, label="average")
-    _line_band(
-        ax, x, null[0], null[1], color=_NULL, label=null_label, linestyle="--", marker=None,
-        alpha=0.12,
-    )  # fmt: skip
+    if null is not None:
+        _line_band(
+            ax, x, null[0], null[1], color=_NULL, label=null_label, linestyle="--",
+            marker=None, alpha=0.12,
+        )  # fmt: skip
     if var == "gamma":
         _neg_line(ax, x, ds["gamma_neg_null"], "token", "most negative eigvec")
     return _nanmean(avg)
 
 
+def _positions(n: int) -> list[str]:
+    """Where each of ``n`` stacked rows is, for a caption."""
+    if n == 1:
+        return ["the one row"]
+    middle = ["middle"] if n == 3 else [f"row {i}" for i in range(2, n)]
+    return ["top", *middle, "bottom"]
+
+
 def correlations_figure(
     prop: xr.Dataset, model: str, mode: str = "simplified_real"
 ) -> tuple[Figure, str] | None:
-    """|corr(x_i, v1)|, |corr(x_i, v2)| and |corr(x_i, x_i_proj)| per layer (paper Fig. 5).
+    """The correlations of tokens with the principal directions of F_t per layer (paper
+    Fig. 5): a row per metric whose panel in the metric table
+    (:mod:`specalign.transformers.metric_table`) is this figure, in the table's order:
+    |corr(x_i, v1)|, |corr(x_i, v2)| and |corr(x_i, x_i_proj)|, then any added since.
 
     Thin gray lines: each prompt's average over its tokens; red: the average over all
     tokens; dashed: the random-direction null (for the projection panel, the expected
@@ -209,11 +222,7 @@ def correlations_figure(
         return None
     proj = str(prop.attrs.get("proj", "top2"))
     corr = str(prop.attrs.get("corr", "cosine"))
-    rows = (
-        ("gamma", "$|corr(x_i, v_1)|$"),
-        ("gamma_v2", "$|corr(x_i, v_2)|$"),
-        ("corr_proj", "$|corr(x_i, x_{i,proj})|$"),
-    )
+    rows = [(m, panel) for m, panel in metric_table.panels("correlations") if m.name in ds]
     null_m, null_s = _nanstats(ds["gamma_null"], "token")
     # A uniform random 2-plane keeps a fraction ||P x||^2/||x||^2 ~ Beta(1, (d-2)/2) of a
     # unit vector, whose root has mean (pi/2) E|<x, r>|: the plane null needs no d.
@@ -221,48 +230,52 @@ def correlations_figure(
     factor = math.pi / 2 if plane else 1.0
     means: dict[str, float] = {}
     with figstyle.axes_style():
-        fig = mpl_figure.Figure(figsize=(9.2, 8.2), layout="constrained")
-        axes = fig.subplots(3, 1, sharex=True)
-        for ax, (var, title) in zip(axes, rows, strict=True):
-            null_scale = factor if var == "corr_proj" else 1.0
-            null_label = (
-                "random 2-plane ($\\pi/2 \\times$ random direction)"
-                if var == "corr_proj" and plane
-                else "random direction"
-            )
-            means[var] = _correlation_panel(
-                ax, ds, var, (null_scale * null_m, null_scale * null_s), null_label
-            )
-            ax.set_title(title, fontsize="medium")
+        fig = mpl_figure.Figure(figsize=(9.2, 8.2 * len(rows) / 3), layout="constrained")
+        axes = np.atleast_1d(fig.subplots(len(rows), 1, sharex=True))
+        for ax, (metric, panel) in zip(axes, rows, strict=True):
+            if panel.null is None:
+                null, null_label = None, None
+            elif panel.null == "plane" and plane:
+                null = (factor * null_m, factor * null_s)
+                null_label = "random 2-plane ($\\pi/2 \\times$ random direction)"
+            else:
+                null, null_label = (null_m, null_s), "random direction"
+            means[metric.name] = _correlation_panel(ax, ds, metric.name, null, null_label)
+            ax.set_title(panel.title, fontsize="medium")
             ax.set_ylim(-0.02, 1.02)
             _legend_outside(ax, fontsize="x-small")
         axes[-1].set_xlabel("layer $t$")
         _integer_x(axes[-1])
         fig.suptitle(f"{model}: {mode_name(mode)}")
     null_level = _nanmean(null_m)
+    subspace = (
+        "the real invariant subspace of F_t's two leading eigenvalues (span(v1, v2), or "
+        "the plane of a complex leading pair)"
+        if plane
+        else "span(v1) (then identical to the top row under cosine correlation)"
+    )
+    row_text = "; ".join(
+        f"{where}: {panel.caption.format(subspace=subspace)}"
+        for where, (_, panel) in zip(_positions(len(rows)), rows, strict=True)
+    )
+    row_text = row_text[0].upper() + row_text[1:]
+    has_plane = any(panel.null == "plane" for _, panel in rows)
     caption = (
         f"Absolute correlation of tokens with the principal directions of F_t, {model}, mode "
         f"{mode} ({_mode_text(mode)}; paper Fig. 5, which shows the four ALBERT models). "
         f"Gray: each of the {ds.sizes['prompt']} prompts, averaged over its "
         f"{ds.sizes['token'] // max(ds.sizes['prompt'], 1)} tokens; red: the average over "
-        "all tokens. Top: v1 (leading real eigenvector); middle: v2 (next real one); bottom: "
-        "the token against its orthogonal projection onto "
-        + (
-            "the real invariant subspace of F_t's two leading eigenvalues (span(v1, v2), or "
-            "the plane of a complex leading pair)"
-            if plane
-            else "span(v1) (then identical to the top row under cosine correlation)"
-        )
-        + f". Correlation: {corr}. Null (dashed, sd band): random unit directions, mean "
-        f"{null_level:.3f}"
+        f"all tokens. {row_text}. Correlation: {corr}. Null (dashed, sd band): random unit "
+        f"directions, mean {null_level:.3f}"
         + (
             f"; for the projection panel a random 2-plane, {factor * null_level:.3f} "
             "(exact in expectation under cosine correlation, approximate under Pearson)"
-            if plane
+            if plane and has_plane
             else ""
         )
-        + f". Averages over layers: v1 {means['gamma']:.3f}, v2 {means['gamma_v2']:.3f}, "
-        f"projection {means['corr_proj']:.3f}."
+        + ". Averages over layers: "
+        + ", ".join(f"{panel.short} {means[m.name]:.3f}" for m, panel in rows)
+        + "."
     )
     return fig, caption
 

@@ -1,0 +1,367 @@
+"""The metrics of ``propagation.nc``, each declared once: its kernel, its dims, its
+description, its columns in ``propagation.csv`` and its place in the figures.
+
+Li & Altafini (arXiv:2605.25619, Section 3, Figures 2, 4, 5) measure, per layer t and
+token i, how far the tokens lean towards the principal eigenvector v1_t of F_t:
+
+* ``gamma_t = |corr(x_i^t, v1_t)|``, the alignment after layer t;
+* ``psi_t = |corr(x_i^t, v1_t)| - |corr(x_i^{t-1}, v1_t)|``, the tilt layer t gives;
+* ``rho_t``, the fraction of tokens whose tilt is a rise above round-off (``d * eps``,
+  :func:`specalign.transformers.measure.metrics.psi_round_off`);
+
+each also for the mean token of every prompt (``*_mean``) and against two null
+directions (``*_null``: random unit directions, averaged over the draws;
+``*_neg_null``: the eigenvector of F_t's most negative eigenvalue), and beside them
+the correlations of Figure 5 and the token distances of Figure 4.
+
+Everything that reads a metric reads it here: the stream that computes them
+(:class:`~specalign.transformers.measure.metrics.MetricsStream`), the descriptions in
+the files (:mod:`specalign.transformers.variables`), the copies under the other
+correlation (:mod:`specalign.transformers.measure.propagate`), the per-layer table
+(:func:`~specalign.transformers.report.tables.propagation_table`) and the correlations
+figure (:func:`~specalign.transformers.report.figures.propagation.correlations_figure`).
+A new metric is one :class:`Metric` in :data:`METRICS` with its kernel (the recipe is
+in docs/extending.md). The claims, their series over training and the summaries read
+the paper's three metrics by name, since each claim is about those three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "METRICS",
+    "Column",
+    "NULLS",
+    "LayerReading",
+    "Metric",
+    "Panel",
+    "StateReading",
+    "by_name",
+    "descriptions",
+    "dims",
+    "other_variables",
+    "table_columns",
+]
+
+#: What a metric has one value of, beside its mode and layer: each token, each
+#: prompt's mean token, the layer as a whole, or (for what is read off a state rather
+#: than a layer) each prompt at each state 0..T.
+Per = Literal["token", "prompt", "layer", "state"]
+
+#: The null directions a metric measured against v1_t is also measured against, as the
+#: suffix of their variables, with what each suffix means.
+NULLS: dict[str, str] = {
+    "_null": "v_t = random unit directions, averaged over null_draws draws (chance level)",
+    "_neg_null": "v_t = the eigenvector of the most negative eigenvalue of F_t",
+}
+_V1 = "v_t = v1_t, the leading real eigenvector of F_t (direction_v1 of spectra.nc)"
+
+_DIMS: dict[str, tuple[str, ...]] = {
+    "token": ("mode", "layer", "token"),
+    "prompt": ("mode", "layer", "prompt"),
+    "layer": ("mode", "layer"),
+    "state": ("mode", "state", "prompt"),
+}
+
+
+@dataclass(frozen=True)
+class LayerReading:
+    """What a layer's metrics are made of, under one correlation.
+
+    The first four hold absolute correlations ``|<x, w>|`` of unit rows (centred first
+    for Pearson) with K directions w on the leading axis: v1_t, then v_neg_t, then
+    the random draws, in the stream; the layers of a run, in
+    :func:`~specalign.transformers.measure.metrics.alignment`. The rest are the
+    layer's own (None in a whole-run reading, whose metrics are the directions' only).
+    """
+
+    #: (K, P, N): each token after the layer, x^t
+    after: np.ndarray
+    #: (K, P, N): each token before it, x^{t-1}
+    before: np.ndarray
+    #: (K, P): each prompt's mean token after the layer
+    mean_after: np.ndarray
+    #: (K, P): each prompt's mean token before it
+    mean_before: np.ndarray
+    #: the largest |psi| round-off alone makes at this width
+    round_off: float
+    #: (P, N, d): the unit rows of x^{t-1} and x^t
+    rows_before: np.ndarray | None = None
+    rows_after: np.ndarray | None = None
+    #: (P, N, d): the state x^t itself, in float64
+    state: np.ndarray | None = None
+    #: (P, N): |corr(x^t, v2_t)|, from the same matrix product as ``after``
+    after_v2: np.ndarray | None = None
+    #: (d, 3): orthonormal basis (zero-padded) of F_t's principal subspace
+    basis: np.ndarray | None = None
+    #: rows of an array prepared as ``rows_after`` is (centred, unit)
+    unit_rows: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
+class StateReading:
+    """What a state's metrics are made of: the state (P, N, d) in float64, and whether
+    tokens are put on the unit sphere before distances are taken."""
+
+    state: np.ndarray
+    normalize_distance: bool
+    token_distance: Callable[[np.ndarray, bool], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A metric's row in a figure: the figure (``"correlations"``, paper Fig. 5), the
+    axis title, the name in the caption's averages, the caption's text for the row, and
+    the null drawn under it: ``"direction"`` (the random-direction null of gamma),
+    ``"plane"`` (the random 2-plane, pi/2 times that under ``proj="top2"``) or None."""
+
+    figure: Literal["correlations"]
+    title: str
+    short: str
+    caption: str
+    null: Literal["direction", "plane"] | None = "direction"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One variable of ``propagation.nc``.
+
+    ``kernel`` computes it from a :class:`LayerReading` (a :class:`StateReading` when
+    ``per == "state"``); with ``nulls`` the reading has K directions and the kernel
+    returns the K values on the leading axis, and the stream keeps v1's as the metric,
+    the random draws' mean as ``<name>_null`` and v_neg's as ``<name>_neg_null``.
+
+    In ``propagation.csv``: ``columns`` are the reductions of the metric over its
+    ``per`` dim ("mean", and "sd" as the column ``<column>_sd``), named ``column``
+    (the metric's name unless given); ``null_columns`` the suffixes of :data:`NULLS`
+    whose token mean is a column too. ``other_corr``: the suffixes ("" for the metric
+    itself) also stored under the other correlation as ``<name><suffix>_<corr>``;
+    ``other_columns``: those of them that are columns.
+    """
+
+    name: str
+    per: Per
+    description: str
+    kernel: Callable[..., np.ndarray]
+    nulls: bool = False
+    columns: tuple[str, ...] = ()
+    column: str = ""
+    null_columns: tuple[str, ...] = ()
+    other_corr: tuple[str, ...] = ()
+    other_columns: tuple[str, ...] = ()
+    panel: Panel | None = None
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return _DIMS[self.per]
+
+    @property
+    def column_name(self) -> str:
+        return self.column or self.name
+
+
+def _psi(after: np.ndarray, before: np.ndarray) -> np.ndarray:
+    return after - before
+
+
+def _rise_fraction(psi: np.ndarray, round_off: float, axes: tuple[int, ...]) -> np.ndarray:
+    """The fraction of values above round-off over ``axes``; NaN where all are NaN."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(psi).all(axis=axes), np.nan, (psi > round_off).mean(axis=axes))
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    return a.reshape(a.shape[0], -1)
+
+
+def _corr_proj(r: LayerReading) -> np.ndarray:
+    """|corr(x^t, P x^t)|, P the orthogonal projection onto the principal subspace."""
+    assert r.state is not None and r.basis is not None and r.unit_rows is not None
+    assert r.rows_after is not None
+    d = r.state.shape[-1]
+    # two products through the (d, 3) basis, never a d x d projector
+    proj = (r.state.reshape(-1, d) @ r.basis) @ r.basis.T
+    return np.abs(np.einsum("md,md->m", r.rows_after.reshape(-1, d), r.unit_rows(proj)))
+
+
+#: The metrics, in the order of their columns in ``propagation.csv`` (each group of
+#: columns, the metrics', then each null's, then the other correlation's, in this
+#: order) and of their rows in a figure.
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        "gamma",
+        "token",
+        "gamma_t = |corr(x_t, v_t)| of each token after layer t",
+        lambda r: _flat(r.after),
+        nulls=True,
+        columns=("mean", "sd"),
+        null_columns=("_null", "_neg_null"),
+        other_corr=("", "_null"),
+        other_columns=("", "_null"),
+        panel=Panel(
+            "correlations",
+            "$|corr(x_i, v_1)|$",
+            "v1",
+            "v1 (leading real eigenvector)",
+        ),
+    ),
+    Metric(
+        "gamma_mean",
+        "prompt",
+        "gamma_t of the mean token of each prompt",
+        lambda r: r.mean_after,
+        nulls=True,
+        columns=("mean",),
+        column="gamma_meantok",
+    ),
+    Metric(
+        "psi",
+        "token",
+        "psi_t = |corr(x_t, v_t)| - |corr(x_{t-1}, v_t)|: the tilt layer t gives",
+        lambda r: _flat(_psi(r.after, r.before)),
+        nulls=True,
+        columns=("mean", "sd"),
+        null_columns=("_null",),
+        other_corr=("",),
+    ),
+    Metric(
+        "psi_mean",
+        "prompt",
+        "psi_t of the mean token of each prompt",
+        lambda r: _psi(r.mean_after, r.mean_before),
+        nulls=True,
+    ),
+    Metric(
+        "rho",
+        "layer",
+        "rho_t = fraction of tokens with psi_t > d*eps (a rise above round-off)",
+        lambda r: _rise_fraction(_psi(r.after, r.before), r.round_off, (1, 2)),
+        nulls=True,
+        columns=("mean",),
+        null_columns=("_null", "_neg_null"),
+        other_corr=("", "_null"),
+        other_columns=("", "_null"),
+    ),
+    Metric(
+        "rho_mean",
+        "layer",
+        "rho_t over the mean tokens of the prompts",
+        lambda r: _rise_fraction(_psi(r.mean_after, r.mean_before), r.round_off, (1,)),
+        nulls=True,
+        columns=("mean",),
+        column="rho_meantok",
+        other_corr=("",),
+    ),
+    Metric(
+        "gamma_v2",
+        "token",
+        "|corr(x_t, v2_t)| of each token after layer t (paper Fig. 5)",
+        lambda r: r.after_v2.reshape(-1),
+        panel=Panel(
+            "correlations",
+            "$|corr(x_i, v_2)|$",
+            "v2",
+            "v2 (next real one)",
+        ),
+    ),
+    Metric(
+        "corr_proj",
+        "token",
+        "|corr(x_t, P x_t)|, P the orthogonal projection onto the principal subspace of F_t "
+        "(attribute proj; paper Fig. 5)",
+        _corr_proj,
+        panel=Panel(
+            "correlations",
+            "$|corr(x_i, x_{i,proj})|$",
+            "projection",
+            "the token against its orthogonal projection onto {subspace}",
+            null="plane",
+        ),
+    ),
+    Metric(
+        "token_distance",
+        "state",
+        "mean pairwise distance between the tokens of a prompt at each state, unit-normalised "
+        "tokens unless normalize_distance = 0 (paper Fig. 4)",
+        lambda r: r.token_distance(r.state, r.normalize_distance),
+    ),
+)
+
+
+def by_name(name: str) -> Metric:
+    """The metric called ``name``; a KeyError naming the known ones otherwise."""
+    for m in METRICS:
+        if m.name == name:
+            return m
+    raise KeyError(f"no metric {name!r}; the metrics are {[m.name for m in METRICS]}")
+
+
+def _variants(m: Metric) -> tuple[str, ...]:
+    return ("", *NULLS) if m.nulls else ("",)
+
+
+def dims() -> dict[str, tuple[str, ...]]:
+    """The dims of every metric variable of ``propagation.nc``, nulls included."""
+    return {m.name + s: m.dims for m in METRICS for s in _variants(m)}
+
+
+def descriptions() -> dict[str, str]:
+    """The ``description`` of every metric variable of ``propagation.nc``: a metric
+    measured against directions says which (v1_t, or each null)."""
+    out = {}
+    for m in METRICS:
+        for s in _variants(m):
+            against = NULLS[s] if s else _V1
+            out[m.name + s] = f"{m.description}; {against}" if m.nulls else m.description
+    return out
+
+
+def other_variables() -> list[str]:
+    """The variables (metric and suffix) also stored under the other correlation."""
+    return [m.name + s for m in METRICS for s in m.other_corr]
+
+
+class Column(NamedTuple):
+    """A metric column of ``propagation.csv``."""
+
+    #: the column's name
+    name: str
+    #: the variable of ``propagation.nc`` it reduces
+    variable: str
+    #: the dim it reduces over ("token" or "prompt"), "" for a value per layer
+    over: str
+    #: "mean" or "sd" over that dim
+    reduction: str
+    #: a column of the other correlation, which a file may lack (then no column)
+    optional: bool = False
+
+
+def table_columns(other: str) -> Iterator[Column]:
+    """Every metric column of ``propagation.csv``, in order: the metrics' own, each
+    null's, then the other correlation's (``other``)."""
+
+    def over(m: Metric) -> str:
+        return m.per if m.per in ("token", "prompt") else ""
+
+    for m in METRICS:
+        for red in m.columns:
+            yield Column(m.column_name + ("_sd" if red == "sd" else ""), m.name, over(m), red)
+    for s in NULLS:
+        for m in METRICS:
+            if s in m.null_columns:
+                yield Column(m.column_name + s, m.name + s, over(m), "mean")
+    for group in ("", "_null"):
+        for m in METRICS:
+            if group in m.other_columns:
+                var = f"{m.name}{group}_{other}"
+                yield Column(var, var, over(m), "mean", optional=True)
+
+
+def panels(figure: str) -> list[tuple[Metric, Panel]]:
+    """The metrics a figure draws, in their order, with their panels."""
+    return [(m, m.panel) for m in METRICS if m.panel is not None and m.panel.figure == figure]
