@@ -2,7 +2,8 @@
 reduction per direction, the projection as two einsums, rho counting every ``psi > 0``.
 
 Kept only to compare the matrix-product form with it (issue 33: values equal to the
-previous method's to 1e-12 relative in float64); not used by the package.
+previous method's to 1e-12 relative in float64), with the metrics added since written
+the same plain way; not used by the package.
 """
 
 from __future__ import annotations

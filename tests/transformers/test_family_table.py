@@ -4,14 +4,14 @@ attribute of its adapter."""
 
 from pathlib import Path
 
+from specalign.doctables import replace_table
 from specalign.transformers.load.families import FAMILIES, family_table
-from specalign.transformers.load.families.base import replace_family_table
 from specalign.transformers.load.families.llama import LlamaAdapter
 
 
 def test_the_docs_table_is_the_registry_s(repo: Path) -> None:
     text = (repo / "docs" / "transformers.md").read_text()
-    assert replace_family_table(text, family_table()) == text, (
+    assert replace_table(text, family_table()) == text, (
         "docs/transformers.md's family table differs from the adapters': "
         "run python -m specalign.transformers.load.families"
     )
@@ -39,5 +39,5 @@ def test_every_adapter_has_its_row_and_its_facts() -> None:
 
 def test_replacing_the_table_keeps_the_rest() -> None:
     text = "intro\n\n| family (model_type) | a |\n| --- | --- |\n| old | row |\n\nafter\n"
-    out = replace_family_table(text, "| family (model_type) | x |\n| --- | --- |\n")
+    out = replace_table(text, "| family (model_type) | x |\n| --- | --- |\n")
     assert out == "intro\n\n| family (model_type) | x |\n| --- | --- |\n\nafter\n"

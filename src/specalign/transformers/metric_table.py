@@ -329,6 +329,8 @@ def other_variables() -> list[str]:
 class Column(NamedTuple):
     """A metric column of ``propagation.csv``."""
 
+    #: the metric it is a column of
+    metric: str
     #: the column's name
     name: str
     #: the variable of ``propagation.nc`` it reduces
@@ -350,18 +352,50 @@ def table_columns(other: str) -> Iterator[Column]:
 
     for m in METRICS:
         for red in m.columns:
-            yield Column(m.column_name + ("_sd" if red == "sd" else ""), m.name, over(m), red)
+            name = m.column_name + ("_sd" if red == "sd" else "")
+            yield Column(m.name, name, m.name, over(m), red)
     for s in NULLS:
         for m in METRICS:
             if s in m.null_columns:
-                yield Column(m.column_name + s, m.name + s, over(m), "mean")
+                yield Column(m.name, m.column_name + s, m.name + s, over(m), "mean")
     for group in ("", "_null"):
         for m in METRICS:
             if group in m.other_columns:
                 var = f"{m.name}{group}_{other}"
-                yield Column(var, var, over(m), "mean", optional=True)
+                yield Column(m.name, var, var, over(m), "mean", optional=True)
 
 
 def panels(figure: str) -> list[tuple[Metric, Panel]]:
     """The metrics a figure draws, in their order, with their panels."""
     return [(m, m.panel) for m in METRICS if m.panel is not None and m.panel.figure == figure]
+
+
+def doc_table() -> str:
+    """The metric table of docs/results.md, one row per metric in table order (written
+    by ``python -m specalign.transformers.metric_table``; a test holds them equal);
+    ``<other>`` in a column's name is the other correlation, ``pearson`` or ``cosine``."""
+    rows = ["| metric (propagation.nc) | one value per | nulls | propagation.csv | figure row "
+            "| what it is |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    columns: dict[str, list[str]] = {}
+    for c in table_columns("<other>"):
+        columns.setdefault(c.metric, []).append(f"`{c.name}`")
+    for m in METRICS:
+        per = {"token": "token", "prompt": "prompt (mean token)", "layer": "layer",
+               "state": "prompt, at each state"}[m.per]  # fmt: skip
+        nulls = ", ".join(f"`{m.name}{s}`" for s in NULLS) if m.nulls else ""
+        figure = f"{m.panel.figure}: {m.panel.short}" if m.panel else ""
+        text = m.description.replace("|", "\\|")  # a bar inside a cell ends it
+        rows.append(f"| `{m.name}` | {per} | {nulls} | {', '.join(columns.get(m.name, []))} "
+                    f"| {figure} | {text} |")  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    from specalign.doctables import replace_table
+
+    docs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/results.md")
+    docs.write_text(replace_table(docs.read_text(), doc_table()))
+    print(f"{docs}: metric table written ({len(METRICS)} metrics)")

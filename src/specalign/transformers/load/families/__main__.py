@@ -4,9 +4,9 @@
 import sys
 from pathlib import Path
 
+from specalign.doctables import replace_table
 from specalign.transformers.load.families import family_table
-from specalign.transformers.load.families.base import replace_family_table
 
 docs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/transformers.md")
-docs.write_text(replace_family_table(docs.read_text(), family_table()))
+docs.write_text(replace_table(docs.read_text(), family_table()))
 print(f"{docs}: family table written ({family_table().count(chr(10)) - 2} families)")

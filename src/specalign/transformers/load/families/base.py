@@ -489,19 +489,3 @@ def family_table() -> str:
     for model_type, cls in FAMILIES.items():
         rows.append(f"| {cls.doc_title} (`{model_type}`) | {cls.doc_layout} | {cls.doc_notes} |")
     return "\n".join(rows) + "\n"
-
-
-#: The first line of the family table, where :func:`replace_family_table` finds it.
-_TABLE_HEAD = "| family (model_type) |"
-
-
-def replace_family_table(text: str, table: str) -> str:
-    """``text`` (a markdown document) with its family table replaced by ``table``."""
-    lines = text.split("\n")
-    start = next((i for i, line in enumerate(lines) if line.startswith(_TABLE_HEAD)), None)
-    if start is None:
-        raise ValueError(f"no family table (a line starting {_TABLE_HEAD!r}) to replace")
-    end = start
-    while end < len(lines) and lines[end].startswith("|"):
-        end += 1
-    return "\n".join([*lines[:start], *table.rstrip("\n").split("\n"), *lines[end:]])

@@ -200,7 +200,9 @@ def _positions(n: int) -> list[str]:
     """Where each of ``n`` stacked rows is, for a caption."""
     if n == 1:
         return ["the one row"]
-    middle = ["middle"] if n == 3 else [f"row {i}" for i in range(2, n)]
+    ordinals = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+    middle = ["middle"] if n == 3 else [ordinals[i] if i < len(ordinals) else f"row {i + 2}"
+                                        for i in range(n - 2)]  # fmt: skip
     return ["top", *middle, "bottom"]
 
 
