@@ -66,6 +66,8 @@ def layer_metrics(mw, S, T, corr, n_null_draws, seed):
         vals["corr_proj"] = np.abs(
             np.einsum("pnd,pnd->pn", _unit(Xc, "cosine"), _unit(proj, corr))
         ).reshape(-1)
+        # each token against itself before the layer
+        vals["corr_step"] = np.abs(np.einsum("pnd,pnd->pn", Sa, Sb)).reshape(-1)
         for k, v in vals.items():
             out.setdefault(k, []).append(v)
     return out

@@ -14,6 +14,7 @@ from test_shortcuts import ETA, MODELS
 
 from specalign.doctables import replace_table
 from specalign.transformers import metric_table
+from specalign.transformers.measure import metrics
 from specalign.transformers.measure import propagate as prop
 from specalign.transformers.report import tables
 from specalign.transformers.report.figures import propagation as figures
@@ -23,7 +24,7 @@ from specalign.transformers.variables import PROPAGATION, undescribed
 #: the table's order must keep; a new metric's columns take their place in it
 CSV_COLUMNS = [
     "model", "mode", "layer", "block", "corr", "gamma", "gamma_sd", "gamma_meantok", "psi",
-    "psi_sd", "rho", "rho_meantok", "gamma_null", "psi_null", "rho_null",
+    "psi_sd", "rho", "rho_meantok", "corr_step", "gamma_null", "psi_null", "rho_null",
     "gamma_neg_null", "rho_neg_null", "gamma_pearson", "rho_pearson", "gamma_null_pearson",
     "rho_null_pearson",
 ]  # fmt: skip
@@ -97,13 +98,36 @@ def test_the_correlations_figure_has_a_row_per_declared_panel(run):
     _, ds = run
     fig, caption = figures.correlations_figure(ds, "m")
     panels = metric_table.panels("correlations")
-    assert len(fig.axes) == len(panels) >= 3
+    assert len(fig.axes) == len(panels) >= 4
     assert [ax.get_title() for ax in fig.axes] == [p.title for _, p in panels]
     sub = ds.sel(mode="simplified_real")
     for m, panel in panels:
         mean = float(np.nanmean(sub[m.name].mean("token", skipna=True)))
         assert f"{panel.short} {mean:.3f}" in caption, m.name
     assert caption.count("Top: ") == 1 and "bottom: " in caption
+
+
+def test_corr_step_is_one_where_a_layer_leaves_the_tokens_and_the_cosine_otherwise():
+    """corr_step against its definition: a layer that only rescales the tokens turns
+    none (1 to round-off); otherwise |cos| of each token before and after."""
+    rng = np.random.default_rng(5)
+    d = 16
+    X, Y = rng.standard_normal((2, 2, 3, d))
+    kernel = metric_table.by_name("corr_step").kernel
+    np.testing.assert_allclose(kernel(_reading(X, 3.0 * X)), 1.0, rtol=0, atol=1e-15)
+    want = [abs(x @ y) / np.linalg.norm(x) / np.linalg.norm(y) for x, y in
+            zip(X.reshape(-1, d), Y.reshape(-1, d), strict=True)]  # fmt: skip
+    np.testing.assert_allclose(kernel(_reading(X, Y)), want, rtol=1e-13)
+
+
+def _reading(before: np.ndarray, after: np.ndarray) -> metric_table.LayerReading:
+    """A reading with only the unit rows (cosine) of the states before and after."""
+    empty = np.zeros((1, *before.shape[:2]))
+    return metric_table.LayerReading(
+        empty, empty, empty[:, :, 0], empty[:, :, 0], 0.0,
+        rows_before=metrics._unit_rows(before, "cosine"),
+        rows_after=metrics._unit_rows(after, "cosine"),
+    )  # fmt: skip
 
 
 def test_the_docs_table_is_the_metric_table_s(repo: Path) -> None:

@@ -354,6 +354,7 @@ def _constructed_prop() -> xr.Dataset:
             "gamma": (tok, gamma), "psi": (tok, psi), "rho": (("mode", "layer"), rho),
             "gamma_mean": (("mode", "layer", "prompt"), per_prompt),
             "rho_mean": (("mode", "layer"), rho),
+            "corr_step": (tok, np.where(np.isnan(gamma), np.nan, 0.95)),
             "gamma_null": (tok, null_tok), "psi_null": (tok, 0.0 * null_tok),
             "rho_null": (("mode", "layer"), null_layer),
             "gamma_neg_null": (tok, 0.5 * null_tok),
@@ -385,6 +386,7 @@ def test_propagation_table_hand_values():
     assert first["rho"] == 0.75 and first["rho_null"] == 0.5 and first["rho_neg_null"] == 0.25
     assert first["gamma_null"] == pytest.approx(0.25)
     assert first["gamma_meantok"] == pytest.approx(0.4)
+    assert first["corr_step"] == pytest.approx(0.95)
     assert first["gamma_pearson"] == pytest.approx(0.2)
     assert df.iloc[2]["gamma"] == pytest.approx(0.9) and df.iloc[2]["gamma_sd"] == 0.0
     for col in ("model", "psi_sd", "rho_meantok", "psi_null", "gamma_neg_null", "rho_pearson",

@@ -284,6 +284,22 @@ METRICS: tuple[Metric, ...] = (
         ),
     ),
     Metric(
+        "corr_step",
+        "token",
+        "|corr(x_t, x_{t-1})| of each token: how little layer t turns it (1: not at all); "
+        "successive iterates of the power method align as it converges",
+        lambda r: np.abs(np.einsum("pnd,pnd->pn", r.rows_after, r.rows_before)).reshape(-1),
+        columns=("mean",),
+        panel=Panel(
+            "correlations",
+            "$|corr(x_i^t, x_i^{t-1})|$",
+            "step",
+            "each token against itself before the layer (1: the layer does not turn it; "
+            "the power method's iterates align as it converges)",
+            null=None,
+        ),
+    ),
+    Metric(
         "token_distance",
         "state",
         "mean pairwise distance between the tokens of a prompt at each state, unit-normalised "
