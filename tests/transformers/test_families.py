@@ -652,3 +652,20 @@ def test_kept_facts_are_keyed_by_content_and_errors_are_kept_too(
     monkeypatch.setenv("SPECALIGN_CACHE", "")
     assert families.adapter_for({**base, "n_embd": 64}).d_model == 64
     assert len(list(folder.glob("*.json"))) == 3  # the two files and the rejected one
+
+
+def test_olmo_with_clip_qkv_is_refused_in_one_line_naming_the_key() -> None:
+    """OLMo's clip_qkv clamps q, k and v elementwise, which the simplified update does
+    not model: the adapter refuses such a config.json, and the configuration check says
+    so in one line naming the model and the key, before any job runs. Unset (None, the
+    published checkpoints') it is accepted."""
+    from specalign.transformers.load.limits import model_problems
+
+    config = {**CONFIGS["olmo"], "clip_qkv": 8.0}
+    with pytest.raises(ValueError, match="clip_qkv = 8.0"):
+        adapter_class("olmo")(config)
+    tcfg = {"prompts": {"n_tokens": 8}, "steering": {}}
+    (problem,) = model_problems(tcfg, "olmo_clipped", config)
+    assert problem.startswith("transformers.models.olmo_clipped: config.json olmo: clip_qkv")
+    assert "\n" not in problem
+    assert model_problems(tcfg, "olmo", {**CONFIGS["olmo"], "clip_qkv": None}) == []
