@@ -36,7 +36,9 @@ def main(smk):
             fig, caption = made[stem]
         else:
             fig, caption = figures.unavailable_figure(
-                f"{model}: {stem}", "its mode is not in propagation.nc"
+                f"{model}: {stem}",
+                "this model's files hold nothing for it (a per-mode figure: its mode is not "
+                "in propagation.nc)",
             )
         save_figure(fig, outdir / stem, formats=settings["formats"], dpi=settings["dpi"])
         write_caption(outdir / stem, caption)

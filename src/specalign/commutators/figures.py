@@ -486,6 +486,14 @@ FIGURE_NEEDS: dict[str, str] = {
 }
 
 
+def figure_number(stem: str) -> int:
+    """The paper's number of the figure ``stem`` (``figure12`` -> 12)."""
+    digits = stem[len(stem.rstrip("0123456789")) :]
+    if not digits:
+        raise ValueError(f"{stem!r} is not a paper figure's stem (figureN)")
+    return int(digits)
+
+
 def not_run_figure(stem: str) -> tuple[Figure, str]:
     """A placeholder saying which runs a paper figure needs, for fixed workflow outputs.
 
@@ -495,7 +503,7 @@ def not_run_figure(stem: str) -> tuple[Figure, str]:
     needs = FIGURE_NEEDS[stem]
     return placeholder_figure(
         f"{stem}: not run\nneeds {needs}",
-        f"{stem} (paper Figure {stem[-1]}): not run; this reproduction has no {needs}.",
+        f"{stem} (paper Figure {figure_number(stem)}): not run; this reproduction has no {needs}.",
     )
 
 

@@ -359,7 +359,7 @@ def reproduction_markdown(
 ) -> str:
     """The transformer part of ``results/reproduction.md``.
 
-    The paper gives few numbers, so the document lists its claims (1)-(6) and, for each,
+    The paper gives few numbers, so the document lists its claims ((1)-(6)) and, for each,
     our measurement with its null level beside it and a plain verdict under the fixed
     rules of :mod:`specalign.transformers.report.claims`; a closing section says where ours
     differ from the paper. ``like`` maps each random model to the model whose
@@ -406,9 +406,10 @@ def write_reproduction(
 
 
 def training_section(datasets: Mapping[str, xr.Dataset]) -> list[str]:
-    """The reproduction report's section "(7) Over training"."""
+    """The reproduction report's section "(7) Over training", numbered after the last
+    claim."""
     lines = [
-        "## (7) Over training",
+        f"## ({len(CLAIMS) + 1}) Over training",
         "",
         "Rules fixed in advance. Claim (1) *emerges* at the first checkpoint from which, at "
         f"every later checkpoint, rho - null is at least {TILT_MARGIN:g} above the random-"
