@@ -106,6 +106,18 @@ def _steer_gain(
     return gain, lo, hi
 
 
+#: The variables of claim (1) per step and mode, of claim (2) per step and prolonged
+#: run, of claim (3)'s gaps per step.
+_TILT = ("psi", "psi_lo", "psi_hi", "rho", "rho_null", "rho_minus_null", "tilt_fraction",
+         "gamma", "gamma_lo", "gamma_hi", "gamma_null")  # fmt: skip
+_PROLONGED = ("final_gamma", "final_gamma_null", "measured_rate", "predicted_rate")
+_GAPS = ("frac_small_gap", "frac_complex_lambda1", "median_relative_gap")
+
+
+def _var(dims: tuple[str, ...], data: Any, text: str, **attrs: Any) -> tuple:
+    return (dims, data, {"description": text, **attrs})
+
+
 def series_dataset(
     series: str,
     steps: Sequence[int],
@@ -132,170 +144,34 @@ def series_dataset(
     modes = [m for m in BASE_MODES if any(mode_view(p, m) is not None for p in propagation)]
     pmodes = [m for m in PROLONGED_MODES if any(mode_view(p, m) is not None for p in propagation)]
     n_layers = max(int(s.attrs.get("n_layers", 0)) or len(relative_gaps(s)) for s in spectra)
-    M = len(modes)
-    v: dict[str, np.ndarray] = {
-        k: _nan([S, M])
-        for k in (
-            "psi",
-            "psi_lo",
-            "psi_hi",
-            "rho",
-            "rho_null",
-            "rho_minus_null",
-            "tilt_fraction",
-            "gamma",
-            "gamma_lo",
-            "gamma_hi",
-            "gamma_null",
-        )
-    }
-    psi_layer, excess_layer = _nan([S, M, n_layers]), _nan([S, M, n_layers])
-    P = len(pmodes)
-    pro = {
-        k: _nan([S, P])
-        for k in ("final_gamma", "final_gamma_null", "measured_rate", "predicted_rate")
-    }
-    shared = np.zeros(S, dtype=bool)
-    gaps = {k: _nan([S]) for k in ("frac_small_gap", "frac_complex_lambda1", "median_relative_gap")}
-    radius, negative = _nan([S, n_layers]), _nan([S, n_layers])
+    tilt = {k: _nan([S, len(modes)]) for k in _TILT}
+    tilt["psi_layer"], tilt["rho_minus_null_layer"] = (
+        _nan([S, len(modes), n_layers]) for _ in range(2)
+    )
+    pro = {k: _nan([S, len(pmodes)]) for k in _PROLONGED}
+    spec = {k: _nan([S]) for k in _GAPS}
+    spec["spectral_radius"], spec["radius_is_negative"] = (_nan([S, n_layers]) for _ in range(2))
+    spec["shared"] = np.zeros(S, dtype=np.int8)
     methods = [str(m) for m in steering[0]["method"].values]
     cs = [float(c) for c in steering[0]["c"].values]
-    gain, gain_lo, gain_hi = (_nan([S, len(methods), len(cs)]) for _ in range(3))
+    gain = {k: _nan([S, len(methods), len(cs)]) for k in ("steer_gain", "lo", "hi")}
 
-    for s, (spec, prop, steer) in enumerate(zip(spectra, propagation, steering, strict=True)):
-        for m, mode in enumerate(modes):
-            t = tilt_summary(prop, mode)
-            if t is None:
-                continue
-            v["psi"][s, m], v["rho"][s, m] = t["psi"], t["rho"]
-            v["rho_null"][s, m], v["rho_minus_null"][s, m] = t["rho_null"], t["excess"]
-            v["tilt_fraction"][s, m] = t["frac"]
-            v["gamma"][s, m], v["gamma_null"][s, m] = t["gamma"], t["gamma_null"]
-            ds = mode_view(prop, mode)
-            prompts = np.asarray(ds["token_prompt"].values)
-            tok_axis = "token"
-            v["psi_lo"][s, m], v["psi_hi"][s, m] = _prompt_bootstrap(
-                ds["psi"].transpose(..., tok_axis).values, prompts, rng, n_boot
-            )
-            v["gamma_lo"][s, m], v["gamma_hi"][s, m] = _prompt_bootstrap(
-                ds["gamma"].transpose(..., tok_axis).values, prompts, rng, n_boot
-            )
-            per = _per_layer_mode(prop, mode, n_layers)
-            psi_layer[s, m], excess_layer[s, m] = per["psi"], per["excess"]
-        for p, mode in enumerate(pmodes):
-            r = rate_summary(prop, spec, mode)
-            if r is None:
-                continue
-            pro["final_gamma"][s, p], pro["final_gamma_null"][s, p] = (
-                r["gamma_final"],
-                r["gamma_null_final"],
-            )
-            pro["measured_rate"][s, p], pro["predicted_rate"][s, p] = (
-                r["measured"],
-                r["predicted"],
-            )
-        shared[s] = shares_weights(spec.attrs)
-        g = gap_summary(spec)
-        rel = relative_gaps(spec)
-        gaps["frac_small_gap"][s] = g["frac_small"]
-        gaps["median_relative_gap"][s] = g["median_rel_gap"]
-        gaps["frac_complex_lambda1"][s] = g["complex_lambda1"] / max(len(rel), 1)
-        lb = np.asarray(spec["layer_block"].values, dtype=int)
-        rad = np.asarray(spec["spectral_radius"].values, dtype=float)[lb]
-        neg = np.asarray(spec["radius_is_negative"].values, dtype=float)[lb]
-        radius[s, : len(rad)], negative[s, : len(neg)] = rad[:n_layers], neg[:n_layers]
-        gain[s], gain_lo[s], gain_hi[s] = _steer_gain(steer, rng, n_boot)
-
-    def var(dims: tuple[str, ...], data: np.ndarray, text: str, **attrs: Any) -> tuple:
-        return (dims, data, {"description": text, **attrs})
+    # one loop over the steps, in this order within each: the bootstrap bands draw from
+    # one generator, so the order of the draws is the bands' identity
+    for s in range(S):
+        _tilt_at(tilt, s, propagation[s], modes, n_layers, rng, n_boot)
+        _rates_at(pro, s, propagation[s], spectra[s], pmodes)
+        _spectra_at(spec, s, spectra[s], n_layers)
+        gain["steer_gain"][s], gain["lo"][s], gain["hi"][s] = _steer_gain(steering[s], rng, n_boot)
 
     band = f"bootstrap {BAND[0]:g}-{BAND[1]:g} % band over prompts ({n_boot} draws)"
     data = {
-        "psi": var(("step", "mode"), v["psi"], "claim (1): layer mean of the token-mean psi_t"),
-        "psi_lo": var(("step", "mode"), v["psi_lo"], f"psi: lower end of the {band}"),
-        "psi_hi": var(("step", "mode"), v["psi_hi"], f"psi: upper end of the {band}"),
-        "rho": var(("step", "mode"), v["rho"], "claim (1): layer mean of rho_t"),
-        "rho_null": var(
-            ("step", "mode"), v["rho_null"], "layer mean of rho_t's random-direction null"
-        ),
-        "rho_minus_null": var(
-            ("step", "mode"),
-            v["rho_minus_null"],
-            "claim (1): layer mean of rho_t minus its random-direction null",
-        ),
-        "tilt_fraction": var(
-            ("step", "mode"),
-            v["tilt_fraction"],
-            "claim (1): fraction of layers with psi_t > 0 and rho_t > 0.5",
-        ),
-        "gamma": var(
-            ("step", "mode"), v["gamma"], "mean gamma = |cos(x, v1_t)| over layers, tokens"
-        ),
-        "gamma_lo": var(("step", "mode"), v["gamma_lo"], f"gamma: lower end of the {band}"),
-        "gamma_hi": var(("step", "mode"), v["gamma_hi"], f"gamma: upper end of the {band}"),
-        "gamma_null": var(("step", "mode"), v["gamma_null"], "gamma's random-direction null"),
-        "psi_layer": var(("step", "mode", "layer"), psi_layer, "token-mean psi_t per layer"),
-        "rho_minus_null_layer": var(
-            ("step", "mode", "layer"),
-            excess_layer,
-            "rho_t minus its random-direction null, per layer",
-        ),
-        "frac_small_gap": var(
-            ("step",),
-            gaps["frac_small_gap"],
-            f"claim (3): fraction of layers with relative gap < {SMALL_GAP:g}",
-        ),
-        "median_relative_gap": var(
-            ("step",),
-            gaps["median_relative_gap"],
-            "median over layers of (lambda_1 - lambda_2)/|lambda_1|",
-        ),
-        "frac_complex_lambda1": var(
-            ("step",), gaps["frac_complex_lambda1"], "fraction of layers whose lambda_1 is complex"
-        ),
-        "spectral_radius": var(("step", "layer"), radius, "max |lambda| of F_t per layer"),
-        "radius_is_negative": var(
-            ("step", "layer"),
-            negative,
-            "1 where the eigenvalue of largest modulus of F_t is real and negative, else 0",
-        ),
-        "shared": var(("step",), shared.astype(np.int8), "1: the layers share one block"),
-        "steer_gain": var(
-            ("step", "method", "c"),
-            gain,
-            "claim (4): mean gamma_u after the last layer, steered minus original",
-        ),
-        "steer_gain_lo": var(
-            ("step", "method", "c"), gain_lo, f"steer_gain: lower end of the {band}"
-        ),
-        "steer_gain_hi": var(
-            ("step", "method", "c"), gain_hi, f"steer_gain: upper end of the {band}"
-        ),
+        **_tilt_variables(tilt, band),
+        **_spectra_variables(spec),
+        **_steer_variables(gain, band),
     }
     if pmodes:
-        data.update(
-            final_gamma=var(
-                ("step", "prolonged"),
-                pro["final_gamma"],
-                "claim (2): mean gamma after the last prolonged layer",
-            ),
-            final_gamma_null=var(
-                ("step", "prolonged"),
-                pro["final_gamma_null"],
-                "final_gamma's random-direction null",
-            ),
-            measured_rate=var(
-                ("step", "prolonged"),
-                pro["measured_rate"],
-                "claim (2): measured per-layer rate of sin(theta) -> 0 on the "
-                "layers that repeat one block",
-            ),
-            predicted_rate=var(
-                ("step", "prolonged"),
-                pro["predicted_rate"],
-                "|mu2/mu1| of the repeated layer's I + eta F (power method)",
-            ),
-        )
+        data.update(_prolonged_variables(pro))
     attrs: dict[str, Any] = {
         "series": series,
         "source": source,
@@ -309,32 +185,7 @@ def series_dataset(
         "unused_steps": ", ".join(str(int(u)) for u in sorted(unused_steps)),
     }
     if run is not None:
-        ck = [int(c) for c in run["checkpoint"].values]
-        train = np.array(
-            [
-                float(run["train_loss_at_checkpoint"].values[ck.index(s)]) if s in ck else np.nan
-                for s in steps
-            ]
-        )
-        held = np.array(
-            [float(run["heldout_loss"].values[ck.index(s)]) if s in ck else np.nan for s in steps]
-        )
-        data.update(
-            train_loss=var(
-                ("step",),
-                train,
-                "training loss of the step's batch (nats/token)",
-                units="nats/token",
-            ),
-            heldout_loss=var(("step",), held, "held-out loss (nats/token)", units="nats/token"),
-            heldout_unigram_entropy=var(
-                (),
-                float(run["heldout_unigram_entropy"]),
-                "unigram entropy of the held-out tokens (nats/token): "
-                "the loss of the best context-free predictor",
-                units="nats/token",
-            ),
-        )
+        data.update(_run_variables(run, steps))
         attrs["diverged_step"] = int(run.attrs.get("diverged_step", -1))
         attrs["family"] = str(run.attrs.get("family", ""))
         attrs["run"] = str(run.attrs.get("run", ""))
@@ -348,6 +199,180 @@ def series_dataset(
     if pmodes:
         coords["prolonged"] = ("prolonged", pmodes, {"description": "prolonged run"})
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _tilt_at(
+    v: dict[str, np.ndarray],
+    s: int,
+    prop: xr.Dataset,
+    modes: Sequence[str],
+    n_layers: int,
+    rng: np.random.Generator,
+    n_boot: int,
+) -> None:
+    """Claim (1) at step index ``s``, every mode: the claim's summary, and the bands of
+    psi and gamma (psi's drawn first)."""
+    for m, mode in enumerate(modes):
+        t = tilt_summary(prop, mode)
+        if t is None:
+            continue
+        v["psi"][s, m], v["rho"][s, m] = t["psi"], t["rho"]
+        v["rho_null"][s, m], v["rho_minus_null"][s, m] = t["rho_null"], t["excess"]
+        v["tilt_fraction"][s, m] = t["frac"]
+        v["gamma"][s, m], v["gamma_null"][s, m] = t["gamma"], t["gamma_null"]
+        ds = mode_view(prop, mode)
+        prompts = np.asarray(ds["token_prompt"].values)
+        for k in ("psi", "gamma"):
+            v[f"{k}_lo"][s, m], v[f"{k}_hi"][s, m] = _prompt_bootstrap(
+                ds[k].transpose(..., "token").values, prompts, rng, n_boot
+            )
+        per = _per_layer_mode(prop, mode, n_layers)
+        v["psi_layer"][s, m], v["rho_minus_null_layer"][s, m] = per["psi"], per["excess"]
+
+
+def _rates_at(
+    pro: dict[str, np.ndarray], s: int, prop: xr.Dataset, spec: xr.Dataset, pmodes: Sequence[str]
+) -> None:
+    """Claim (2) at step index ``s``, every prolonged run."""
+    for p, mode in enumerate(pmodes):
+        r = rate_summary(prop, spec, mode)
+        if r is None:
+            continue
+        pro["final_gamma"][s, p], pro["final_gamma_null"][s, p] = (
+            r["gamma_final"],
+            r["gamma_null_final"],
+        )
+        pro["measured_rate"][s, p], pro["predicted_rate"][s, p] = r["measured"], r["predicted"]
+
+
+def _spectra_at(v: dict[str, np.ndarray], s: int, spec: xr.Dataset, n_layers: int) -> None:
+    """Claim (3) at step index ``s``: the gaps, the spectral radius per layer and its
+    sign, and whether the layers share one block."""
+    v["shared"][s] = shares_weights(spec.attrs)
+    g = gap_summary(spec)
+    v["frac_small_gap"][s] = g["frac_small"]
+    v["median_relative_gap"][s] = g["median_rel_gap"]
+    v["frac_complex_lambda1"][s] = g["complex_lambda1"] / max(len(relative_gaps(spec)), 1)
+    lb = np.asarray(spec["layer_block"].values, dtype=int)
+    rad = np.asarray(spec["spectral_radius"].values, dtype=float)[lb]
+    neg = np.asarray(spec["radius_is_negative"].values, dtype=float)[lb]
+    v["spectral_radius"][s, : len(rad)] = rad[:n_layers]
+    v["radius_is_negative"][s, : len(neg)] = neg[:n_layers]
+
+
+def _tilt_variables(v: dict[str, np.ndarray], band: str) -> dict[str, tuple]:
+    sm = ("step", "mode")
+    return {
+        "psi": _var(sm, v["psi"], "claim (1): layer mean of the token-mean psi_t"),
+        "psi_lo": _var(sm, v["psi_lo"], f"psi: lower end of the {band}"),
+        "psi_hi": _var(sm, v["psi_hi"], f"psi: upper end of the {band}"),
+        "rho": _var(sm, v["rho"], "claim (1): layer mean of rho_t"),
+        "rho_null": _var(sm, v["rho_null"], "layer mean of rho_t's random-direction null"),
+        "rho_minus_null": _var(
+            sm,
+            v["rho_minus_null"],
+            "claim (1): layer mean of rho_t minus its random-direction null",
+        ),
+        "tilt_fraction": _var(
+            sm, v["tilt_fraction"], "claim (1): fraction of layers with psi_t > 0 and rho_t > 0.5"
+        ),
+        "gamma": _var(sm, v["gamma"], "mean gamma = |cos(x, v1_t)| over layers, tokens"),
+        "gamma_lo": _var(sm, v["gamma_lo"], f"gamma: lower end of the {band}"),
+        "gamma_hi": _var(sm, v["gamma_hi"], f"gamma: upper end of the {band}"),
+        "gamma_null": _var(sm, v["gamma_null"], "gamma's random-direction null"),
+        "psi_layer": _var((*sm, "layer"), v["psi_layer"], "token-mean psi_t per layer"),
+        "rho_minus_null_layer": _var(
+            (*sm, "layer"),
+            v["rho_minus_null_layer"],
+            "rho_t minus its random-direction null, per layer",
+        ),
+    }
+
+
+def _spectra_variables(v: dict[str, np.ndarray]) -> dict[str, tuple]:
+    sl = ("step", "layer")
+    return {
+        "frac_small_gap": _var(
+            ("step",),
+            v["frac_small_gap"],
+            f"claim (3): fraction of layers with relative gap < {SMALL_GAP:g}",
+        ),
+        "median_relative_gap": _var(
+            ("step",),
+            v["median_relative_gap"],
+            "median over layers of (lambda_1 - lambda_2)/|lambda_1|",
+        ),
+        "frac_complex_lambda1": _var(
+            ("step",), v["frac_complex_lambda1"], "fraction of layers whose lambda_1 is complex"
+        ),
+        "spectral_radius": _var(sl, v["spectral_radius"], "max |lambda| of F_t per layer"),
+        "radius_is_negative": _var(
+            sl,
+            v["radius_is_negative"],
+            "1 where the eigenvalue of largest modulus of F_t is real and negative, else 0",
+        ),
+        "shared": _var(("step",), v["shared"], "1: the layers share one block"),
+    }
+
+
+def _steer_variables(v: dict[str, np.ndarray], band: str) -> dict[str, tuple]:
+    smc = ("step", "method", "c")
+    return {
+        "steer_gain": _var(
+            smc,
+            v["steer_gain"],
+            "claim (4): mean gamma_u after the last layer, steered minus original",
+        ),
+        "steer_gain_lo": _var(smc, v["lo"], f"steer_gain: lower end of the {band}"),
+        "steer_gain_hi": _var(smc, v["hi"], f"steer_gain: upper end of the {band}"),
+    }
+
+
+def _prolonged_variables(v: dict[str, np.ndarray]) -> dict[str, tuple]:
+    sp = ("step", "prolonged")
+    return {
+        "final_gamma": _var(
+            sp, v["final_gamma"], "claim (2): mean gamma after the last prolonged layer"
+        ),
+        "final_gamma_null": _var(sp, v["final_gamma_null"], "final_gamma's random-direction null"),
+        "measured_rate": _var(
+            sp,
+            v["measured_rate"],
+            "claim (2): measured per-layer rate of sin(theta) -> 0 on the "
+            "layers that repeat one block",
+        ),
+        "predicted_rate": _var(
+            sp, v["predicted_rate"], "|mu2/mu1| of the repeated layer's I + eta F (power method)"
+        ),
+    }
+
+
+def _run_variables(run: xr.Dataset, steps: Sequence[int]) -> dict[str, tuple]:
+    """The losses of a run made here at each step (NaN at a step it did not save)."""
+    ck = [int(c) for c in run["checkpoint"].values]
+
+    def at_steps(name: str) -> np.ndarray:
+        values = run[name].values
+        return np.array([float(values[ck.index(s)]) if s in ck else np.nan for s in steps])
+
+    return {
+        "train_loss": _var(
+            ("step",),
+            at_steps("train_loss_at_checkpoint"),
+            "training loss of the step's batch (nats/token)",
+            units="nats/token",
+        ),
+        "heldout_loss": _var(
+            ("step",), at_steps("heldout_loss"), "held-out loss (nats/token)", units="nats/token"
+        ),
+        "heldout_unigram_entropy": _var(
+            (),
+            float(run["heldout_unigram_entropy"]),
+            "unigram entropy of the held-out tokens (nats/token): "
+            "the loss of the best context-free predictor",
+            units="nats/token",
+        ),
+    }
 
 
 # --------------------------------------------------------------------------- table
