@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -102,6 +103,16 @@ class LayerReading:
     #: rows of an array prepared as ``rows_after`` is (centred, unit)
     unit_rows: Callable[[np.ndarray], np.ndarray] | None = None
 
+    @cached_property
+    def psi(self) -> np.ndarray:
+        """(K, P, N): the tilt of each token, read once by psi and rho."""
+        return self.after - self.before
+
+    @cached_property
+    def psi_mean(self) -> np.ndarray:
+        """(K, P): the tilt of each prompt's mean token, read by psi_mean and rho_mean."""
+        return self.mean_after - self.mean_before
+
 
 @dataclass(frozen=True)
 class StateReading:
@@ -165,10 +176,6 @@ class Metric:
         return self.column or self.name
 
 
-def _psi(after: np.ndarray, before: np.ndarray) -> np.ndarray:
-    return after - before
-
-
 def _rise_fraction(psi: np.ndarray, round_off: float, axes: tuple[int, ...]) -> np.ndarray:
     """The fraction of values above round-off over ``axes``; NaN where all are NaN."""
     with np.errstate(invalid="ignore"):
@@ -223,7 +230,7 @@ METRICS: tuple[Metric, ...] = (
         "psi",
         "token",
         "psi_t = |corr(x_t, v_t)| - |corr(x_{t-1}, v_t)|: the tilt layer t gives",
-        lambda r: _flat(_psi(r.after, r.before)),
+        lambda r: _flat(r.psi),
         nulls=True,
         columns=("mean", "sd"),
         null_columns=("_null",),
@@ -233,14 +240,14 @@ METRICS: tuple[Metric, ...] = (
         "psi_mean",
         "prompt",
         "psi_t of the mean token of each prompt",
-        lambda r: _psi(r.mean_after, r.mean_before),
+        lambda r: r.psi_mean,
         nulls=True,
     ),
     Metric(
         "rho",
         "layer",
         "rho_t = fraction of tokens with psi_t > d*eps (a rise above round-off)",
-        lambda r: _rise_fraction(_psi(r.after, r.before), r.round_off, (1, 2)),
+        lambda r: _rise_fraction(r.psi, r.round_off, (1, 2)),
         nulls=True,
         columns=("mean",),
         null_columns=("_null", "_neg_null"),
@@ -251,7 +258,7 @@ METRICS: tuple[Metric, ...] = (
         "rho_mean",
         "layer",
         "rho_t over the mean tokens of the prompts",
-        lambda r: _rise_fraction(_psi(r.mean_after, r.mean_before), r.round_off, (1,)),
+        lambda r: _rise_fraction(r.psi_mean, r.round_off, (1,)),
         nulls=True,
         columns=("mean",),
         column="rho_meantok",
