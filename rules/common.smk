@@ -141,10 +141,13 @@ def warn_stale_results():
     the whole configuration (the default target), whose jobs are all in the DAG."""
     from snakemake.logging import logger
 
+    from specalign.workflow import mark_results_folder, stale_files, stale_message
+
+    # this configuration's folder, so that a run of another configuration whose
+    # results folder holds this one leaves it out of its stale files
+    mark_results_folder(RESULTS, CONFIGFILES)
     if not any(job.rule.name == "all" for job in workflow.dag.targetjobs):
         return
-
-    from specalign.workflow import stale_files, stale_message
 
     produced = [
         str(f)

@@ -64,7 +64,9 @@ checkpoint train_model:
         corpus=lambda w: training_corpus_file(w.series),
     output:
         run=results_path(layout.series_file("{series}", "run.nc")),
-        checkpoints=directory(f"{MODEL_CACHE}/{{series}}.checkpoints"),
+        # the record of the checkpoints it wrote beside it (step folders); not the folder
+        # itself, which keeps whatever a person put in it
+        checkpoints=f"{MODEL_CACHE}/{{series}}.checkpoints/checkpoints.json",
     wildcard_constraints:
         series=name_regex(TRAINED_SERIES),
     params:

@@ -101,7 +101,10 @@ def undeclared_results(repo: Path, workdir: Path, folder: str = "results") -> li
     }
     root = workdir / folder
     found = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    from specalign.workflow import RESULTS_MARKER
+
+    # the results folder's marker is written when a run starts, outside the DAG
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != RESULTS_MARKER):
         rel = path.relative_to(workdir)
         if not any(str(part) in declared for part in (rel, *rel.parents)):
             found.append(str(rel))

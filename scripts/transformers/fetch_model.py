@@ -9,7 +9,8 @@ from specalign.workflow import log, run_script
 def main(smk):
     configured = json.loads(smk.params.spec)
     spec = sources.source_spec(configured)
-    model_dir = sources.resolve_model_dir(spec, cache_dir=smk.params.cache)
+    cache = sources.own_hub_cache(smk.params.cache) if spec["kind"] == "hub" else None
+    model_dir = sources.resolve_model_dir(spec, cache_dir=cache)
     info = sources.provenance(spec, model_dir)
     log.info("%s -> %s (%s)", smk.wildcards.model, model_dir, info)
     # A hub model's config.json exists only now: check the settings it limits before any

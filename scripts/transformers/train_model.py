@@ -2,25 +2,28 @@
 checkpoints in the save_pretrained layout and the run's record (run.nc)."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from specalign import io
 from specalign.runtime import torch_device
-from specalign.transformers.load import sources
+from specalign.transformers.load.checkpoint import model_digest
 from specalign.transformers.train import training
 from specalign.workflow import log, run_script
 
 
 def main(smk):
     run = json.loads(smk.params.run)
-    out = Path(smk.output.checkpoints)
-    if out.exists():  # a folder of ours left by an earlier run (snakemake removed its files)
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    sources._mark_owned(out, f"checkpoints of the training run {smk.wildcards.series}")
+    # the checkpoints' folder keeps whatever a person put in it: only the step folders
+    # an earlier run wrote are removed, and one of theirs in the way is an error
+    out = Path(smk.output.checkpoints).parent
+    made_here = not out.exists() or not any(out.iterdir())
+    out.mkdir(parents=True, exist_ok=True)
+    if made_here:
+        io.mark_owned(out, f"checkpoints of the training run {smk.wildcards.series}")
+    for folder in training.clear_checkpoints(out, run["steps"]):
+        log.info("removed %s (an earlier run's checkpoint)", folder)
     if smk.threads < run["threads"]:
         log.warning(
             "training on %d torch threads (transformers.series.%s.threads) on %d granted "
@@ -49,6 +52,18 @@ def main(smk):
     )
     ds = training.history_dataset(result, smk.wildcards.series, run)
     io.write_netcdf(smk.output.run, ds)
+    # what each point's manifest is made from: read back by trained_checkpoint
+    written = [s for s in training.checkpoint_steps(run["steps"]) if (out / f"step{s}").is_dir()]
+    io.write_json(
+        smk.output.checkpoints,
+        {
+            "series": smk.wildcards.series,
+            "checkpoints": {
+                str(s): {"folder": f"step{s}", "content": model_digest(out / f"step{s}")}
+                for s in written
+            },
+        },
+    )
 
 
 run_script(snakemake, main)  # noqa: F821

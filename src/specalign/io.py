@@ -90,6 +90,25 @@ def new_partial(
     return Path(tmp)
 
 
+#: The file that marks a folder as made by the workflow: only such folders (and files it
+#: wrote) are ever removed or replaced; a folder of a person's, even under a name the
+#: workflow uses, keeps everything in it.
+OWNER_MARKER = ".specalign-owned.json"
+
+
+def mark_owned(folder: Path, what: str) -> None:
+    """Write the ownership marker: who writes ``folder`` (host, pid), and what it is."""
+    import socket
+
+    info = {"created_by": "specalign", "what": what, "host": socket.gethostname()}
+    (folder / OWNER_MARKER).write_text(json.dumps({**info, "pid": os.getpid()}) + "\n")
+
+
+def is_owned(folder: Path) -> bool:
+    """Whether the workflow created ``folder`` (a real folder holding the marker)."""
+    return folder.is_dir() and not folder.is_symlink() and (folder / OWNER_MARKER).is_file()
+
+
 def swap_folder(tmp: Path, final: Path) -> None:
     """Put the finished folder ``tmp`` at ``final``, replacing the folder there. Two
     renames, never a moment without one or the other: the old folder is first renamed

@@ -35,6 +35,26 @@ def figure_formats() -> tuple[str, ...]:
     return tuple(plots["formats"]["items"]["enum"])
 
 
+#: How a figure file says the workflow wrote it (metadata of its format), and the bytes
+#: that say so: only such a file is ever removed as an earlier run's.
+_WRITER = "specalign"
+_WRITER_METADATA = {
+    "png": ({"Software": _WRITER}, b"tEXtSoftware\x00" + _WRITER.encode()),
+    "pdf": ({"Creator": _WRITER}, b"/Creator (" + _WRITER.encode() + b")"),
+    "svg": ({"Creator": _WRITER}, b"<dc:title>" + _WRITER.encode() + b"</dc:title>"),
+}
+
+
+def written_here(path: str | os.PathLike[str]) -> bool:
+    """Whether a figure file was written by :func:`save_figure` (its metadata says so)."""
+    path = Path(path)
+    mark = _WRITER_METADATA.get(path.suffix.lstrip("."))
+    try:
+        return mark is not None and path.is_file() and mark[1] in path.read_bytes()
+    except OSError:
+        return False
+
+
 def save_figure(
     fig: Figure,
     stem: str | os.PathLike[str],
@@ -44,22 +64,33 @@ def save_figure(
     """Write ``{stem}.{fmt}`` for each format atomically; return the paths.
 
     The PDF creation date is dropped so that rerunning the workflow on the same data
-    gives byte-identical files (and Snakemake sees no spurious change). The same figure
-    in a format not asked for now (a ``{stem}.pdf`` of an earlier run beside a new
-    ``{stem}.png``) is removed, with a warning: it would be read as this run's figure.
+    gives byte-identical files (and Snakemake sees no spurious change); each file's
+    metadata names the workflow as its writer. The same figure in a format not asked for
+    now (a ``{stem}.pdf`` of an earlier run beside a new ``{stem}.png``) would be read as
+    this run's figure: removed with a warning when the workflow wrote it
+    (:func:`written_here`), named in a warning and kept when a person did.
     """
     stem = Path(stem)
     for fmt in sorted(set(figure_formats()) - set(formats)):
         old = stem.with_name(f"{stem.name}.{fmt}")
-        if old.is_file():
+        if written_here(old):
             old.unlink()
             log.warning("removed %s: an earlier run's figure in a format not configured now", old)
+        elif old.exists():
+            log.warning(
+                "kept %s: not written by this workflow, and not this run's figure (formats "
+                "configured: %s)",
+                old,
+                ", ".join(formats),
+            )
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        metadata = {"CreationDate": None} if fmt == "pdf" else None
+        metadata = dict(_WRITER_METADATA[fmt][0])
+        if fmt == "pdf":
+            metadata["CreationDate"] = None
 
-        def writer(tmp: Path, fmt: str = fmt, metadata: dict | None = metadata) -> None:
+        def writer(tmp: Path, fmt: str = fmt, metadata: dict = metadata) -> None:
             fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
 
         io.write_with(path, writer)

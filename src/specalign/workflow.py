@@ -159,17 +159,42 @@ class LogProgress:
         )
 
 
+#: The file that marks a folder as a configuration's results folder (key ``results``),
+#: written when a run starts: another configuration's folder nested inside this one's
+#: (``results/`` and ``results/paper/``, the README's recipe) is theirs, not stale.
+RESULTS_MARKER = ".specalign-results.json"
+
+
+def mark_results_folder(folder: str | Path, configfiles: list[str]) -> None:
+    """Mark ``folder`` as the results folder of the configuration read from
+    ``configfiles`` (:data:`RESULTS_MARKER`), creating it if needed."""
+    from specalign.io import write_json
+
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    write_json(root / RESULTS_MARKER, {"results": str(folder), "configfiles": list(configfiles)})
+
+
 def stale_files(folder: str | Path, produced: Any) -> list[Path]:
     """Files under ``folder`` that no job of this run produces (``produced``: paths of
     every output, log and benchmark of the run's jobs, relative to the working directory
     or absolute): results of another configuration or of an earlier version of this one,
-    which a reader would otherwise take for this run's. Sorted; none when the folder
-    does not exist."""
+    which a reader would otherwise take for this run's. Another configuration's results
+    folder inside this one (it holds :data:`RESULTS_MARKER`) is left out, whole. Sorted;
+    none when the folder does not exist."""
     root = Path(folder)
     if not root.is_dir():
         return []
     made = {Path(p).resolve() for p in produced}
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.resolve() not in made)
+    nested = {m.parent for m in root.rglob(RESULTS_MARKER) if m.parent != root}
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.resolve() not in made
+        and p != root / RESULTS_MARKER
+        and not any(n in p.parents for n in nested)
+    )
 
 
 def stale_message(folder: str | Path, stale: list[Path], shown: int = 20) -> str:

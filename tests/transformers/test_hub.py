@@ -231,7 +231,16 @@ def hub(tiny_folder, online):
     server.stop()
 
 
-def _fetch(cache: Path, repo_id: str = "org/model", revision: str = "main") -> Path:
+def _fetch(
+    cache: Path, repo_id: str = "org/model", revision: str = "main", own: bool = True
+) -> Path:
+    """Fetch into ``cache``, as fetch_model does: a cache the workflow made and marked
+    (``own``), or a person's, whose snapshot folders are never removed."""
+    from specalign.io import is_owned, mark_owned
+
+    if own and not is_owned(cache):
+        cache.mkdir(parents=True, exist_ok=True)
+        mark_owned(cache, "the test's hub cache")
     return resolve_model_dir({"kind": "hub", "id": repo_id, "revision": revision}, cache)
 
 
@@ -301,6 +310,23 @@ def test_server_dies_mid_download(hub, tiny_folder, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     hub.start()  # back, on the same ports
     _completes(tmp_path, "org/model", "main", tiny_folder)
+
+
+def test_a_persons_hub_cache_keeps_its_snapshot_folders(hub, tiny_folder, tmp_path):
+    """A download that dies in a cache the workflow did not make (the person's own
+    Hugging Face cache, or one of theirs named as the cache) leaves their snapshot
+    folder where it was: the error still names the failure, and a rerun completes it."""
+    mine = tmp_path / "their_cache"
+    mine.mkdir()
+    hub.cuts.append(Cut("org/model", "model.safetensors", after=10_000, die=True))
+    with pytest.raises(ModelSourceError, match="download failed"):
+        _fetch(mine, own=False)
+    assert list(mine.glob("models--*/snapshots/*"))  # kept: config.json had been linked
+    hub.start()
+    folder = _fetch(mine, own=False)
+    assert (folder / "model.safetensors").read_bytes() == (
+        tiny_folder / "model.safetensors"
+    ).read_bytes()
 
 
 def test_no_server_at_all(hub, tiny_folder, tmp_path):

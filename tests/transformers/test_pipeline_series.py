@@ -4,6 +4,7 @@ reruns that point and the cross-checkpoint outputs only; a training setting reru
 training and what depends on it)."""
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -270,9 +271,25 @@ def test_reruns_on_the_corpus(repo, series_run):
     jobs = planned_jobs(repo, workdir)
     assert jobs["train_model"] == 1 and jobs["trained_checkpoint"] == 2
     assert jobs["series_training"] == 1
+    # a person's files in the checkpoints' folder: kept when the run is retrained
+    # (Snakemake removed the whole folder, a directory() output, before the job ran)
+    ckpts = workdir / "resources/models/a.checkpoints"
+    (ckpts / "important.txt").write_text("mine\n")
+    (ckpts / "step99").mkdir()
+    (ckpts / "step99" / "notes.txt").write_text("mine too\n")
     # (last in this module: it leaves series a trained on the file)
     run_snakemake(repo, workdir, "results/transformers/series/a/run.nc")
+    assert (ckpts / "important.txt").read_text() == "mine\n"
+    assert (ckpts / "step99" / "notes.txt").read_text() == "mine too\n"
+    record = json.loads((ckpts / "checkpoints.json").read_text())
+    assert sorted(record["checkpoints"], key=int) == ["0", "1", "2", "4"]
     assert "train_model" not in planned_jobs(repo, workdir)
+    # the text edited in place, its modification time set back (cp -p, rsync -a)
+    st = corpus.stat()
+    corpus.write_text("\n\n".join(docs[1:]) + "\n")
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+    jobs = planned_jobs(repo, workdir)
+    assert jobs["train_model"] == 1 and jobs["series_training"] == 1
     time.sleep(1.1)  # a later modification time than run.nc's
     corpus.write_text("\n\n".join(reversed(docs)) + "\n")
     jobs = planned_jobs(repo, workdir)

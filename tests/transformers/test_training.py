@@ -384,3 +384,40 @@ def test_the_process_settings_are_given_back(tmp_path):
     with pytest.raises(training.TrainingError):
         training.train_run(dict(run, family="nope"), tmp_path / "ck2")
     assert settings() == before
+
+
+def test_clearing_checkpoints_removes_only_what_a_run_wrote(tmp_path):
+    """A run's checkpoints folder is shared with whatever a person keeps there: only the
+    step folders written by a run (marked, or from before the marking: a marked parent
+    and the run's trained_model.json) go; a person's folder where a checkpoint must go is
+    an error naming it, before any training."""
+    from specalign.io import OWNER_MARKER, mark_owned
+
+    out = tmp_path / "s.checkpoints"
+    out.mkdir()
+    mark_owned(out, "checkpoints")
+    marked = out / "step2"
+    marked.mkdir()
+    mark_owned(marked, "checkpoint")
+    legacy = out / "step8"  # an earlier version's, of points since changed
+    legacy.mkdir()
+    (legacy / "trained_model.json").write_text('{"family": "gpt2", "step": 8, "seed": 0}')
+    theirs = out / "step16"
+    theirs.mkdir()
+    (theirs / "trained_model.json").write_text("{}")
+    (theirs / OWNER_MARKER).mkdir()  # a folder named like the marker is not the marker
+    (out / "notes.txt").write_text("mine")
+    (out / "stepping.txt").write_text("mine")
+    removed = training.clear_checkpoints(out, steps=4)
+    assert removed == [marked, legacy]
+    assert (out / "notes.txt").is_file() and (out / "stepping.txt").is_file()
+    assert theirs.is_dir()  # not a point of a 4-step run: left alone
+    with pytest.raises(training.TrainingError, match=r"step16 exists and was not written"):
+        training.clear_checkpoints(out, steps=16)
+    assert theirs.is_dir() and (out / "notes.txt").is_file()
+    # a person's own folder of that name, unmarked: their step folders are theirs
+    other = tmp_path / "o.checkpoints"
+    (other / "step0").mkdir(parents=True)
+    (other / "step0" / "trained_model.json").write_text("{}")
+    with pytest.raises(training.TrainingError, match=r"step0 exists"):
+        training.clear_checkpoints(other, steps=4)

@@ -46,22 +46,54 @@ def test_stale_files_are_those_no_job_produces(tmp_path, monkeypatch):
     assert stale_files("absent", made) == []
 
 
-def test_save_figure_removes_a_stale_format(tmp_path, caplog):
-    """figure13.pdf of an earlier run is never left beside this run's figure13.png."""
+@pytest.mark.parametrize("fmt", ["pdf", "svg", "png"])
+def test_save_figure_removes_a_stale_format_it_wrote_and_keeps_a_persons(tmp_path, caplog, fmt):
+    """figure13.<fmt> of an earlier run is never left beside this run's figure in another
+    format; a file of that name that a person made (no writer's metadata) is kept and
+    named."""
     from matplotlib.figure import Figure
 
-    from specalign.output import save_figure
+    from specalign.output import save_figure, written_here
 
-    old = tmp_path / "figure13.pdf"
-    old.write_text("an earlier run's figure")
-    (tmp_path / "other.pdf").write_text("not this figure's")
     fig = Figure()
     fig.add_subplot().plot([0, 1])
+    other = "svg" if fmt == "png" else "png"
+    (old,) = save_figure(fig, tmp_path / "figure13", formats=[fmt], dpi=20)
+    assert written_here(old)
+    (tmp_path / f"other.{fmt}").write_text("not this figure's")
     with caplog.at_level(logging.WARNING, logger="specalign"):
-        paths = save_figure(fig, tmp_path / "figure13", formats=["png"], dpi=20)
-    assert [p.name for p in paths] == ["figure13.png"] and paths[0].exists()
-    assert not old.exists() and (tmp_path / "other.pdf").exists()
-    assert "removed" in caplog.text and "figure13.pdf" in caplog.text
+        paths = save_figure(fig, tmp_path / "figure13", formats=[other], dpi=20)
+    assert [p.name for p in paths] == [f"figure13.{other}"] and written_here(paths[0])
+    assert not old.exists() and (tmp_path / f"other.{fmt}").exists()
+    assert "removed" in caplog.text and f"figure13.{fmt}" in caplog.text
+    # a person's figure13.<fmt>, drawn by hand (or by matplotlib outside the workflow)
+    mine = tmp_path / f"figure13.{fmt}"
+    fig.savefig(mine, format=fmt, dpi=20)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="specalign"):
+        save_figure(fig, tmp_path / "figure13", formats=[other], dpi=20)
+    assert mine.is_file() and not written_here(mine)
+    assert "kept" in caplog.text and f"figure13.{fmt}" in caplog.text
+
+
+def test_another_configurations_nested_results_folder_is_not_stale(tmp_path, monkeypatch):
+    """The README's recipe: `results: results/paper` beside the default `results`. Each
+    run marks its folder; the default's stale check leaves the nested one out, and still
+    names a file nobody's configuration made."""
+    from specalign.workflow import RESULTS_MARKER, mark_results_folder
+
+    monkeypatch.chdir(tmp_path)
+    mark_results_folder("results", ["config/config.yaml"])
+    mark_results_folder("results/paper", ["config/paper.yaml"])
+    made = ["results/transformers/m/spectra.nc"]
+    theirs = ["results/paper/transformers/m/spectra.nc", "results/paper/logs/x.log"]
+    loose = ["results/notes/todo.txt"]
+    for p in made + theirs + loose:
+        (tmp_path / p).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / p).write_text("x")
+    assert [str(p) for p in stale_files("results", made)] == loose
+    assert stale_files("results/paper", theirs) == []
+    assert (tmp_path / "results" / RESULTS_MARKER).is_file()
 
 
 @pytest.mark.pipeline  # a Snakemake dry run

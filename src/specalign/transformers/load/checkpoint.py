@@ -65,6 +65,7 @@ TOKENIZER_PATTERNS = (
     # ALBERT's slow tokenizer is a sentencepiece model; harmless elsewhere.
     "spiece.model",
     "sentencepiece.bpe.model",
+    "spm.model",  # DeBERTa-v2/v3's sentencepiece model
     "added_tokens.json",
 )
 
@@ -387,6 +388,12 @@ def check_transformers_can_load(config: Mapping[str, Any], where: str | Path) ->
         )
 
 
+def tokenizer_files(folder: str | Path) -> list[Path]:
+    """The tokenizer's data files in ``folder`` (:data:`TOKENIZER_PATTERNS`), sorted."""
+    d = Path(folder)
+    return sorted({f for p in TOKENIZER_PATTERNS for f in d.glob(p) if f.is_file()})
+
+
 def model_files(model_dir: str | Path) -> list[Path]:
     """The files of a model folder that the workflow reads: config.json, the tokenizer's
     data files, the one checkpoint's weights (safetensors shards and their index, else
@@ -395,7 +402,7 @@ def model_files(model_dir: str | Path) -> list[Path]:
     names = ["config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json",
              "random_model.json"]  # fmt: skip
     files = {d / n for n in names if (d / n).is_file()}
-    files |= {f for p in TOKENIZER_PATTERNS for f in d.glob(p) if f.is_file()}
+    files |= set(tokenizer_files(d))
     try:
         weights = safetensors_files(d)
     except CheckpointError:  # a shard missing: what is there is the content

@@ -22,7 +22,7 @@ import numpy as np
 from specalign.io import DiskStack, InputFileError
 from specalign.runtime import heap_set_aside
 from specalign.transformers.load import streaming
-from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS
+from specalign.transformers.load.checkpoint import tokenizer_files
 from specalign.transformers.load.families import adapter_class
 
 __all__ = [
@@ -104,7 +104,7 @@ def load_tokenizer(model_dir: str | Path) -> Any | None:
     tokenizer that exists only as such code is refused.
     """
     model_dir = Path(model_dir)
-    files = sorted({f for p in TOKENIZER_PATTERNS for f in model_dir.glob(p) if f.is_file()})
+    files = tokenizer_files(model_dir)
     if not files:
         return None
     for file in files:

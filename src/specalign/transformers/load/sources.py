@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from specalign import io
-from specalign.io import InputFileError, new_file_mode
+from specalign.io import OWNER_MARKER, InputFileError, is_owned, mark_owned, new_file_mode
 from specalign.runtime import check_snakemake_alive
-from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS
+from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS, tokenizer_files
 
 HUB_ALLOW_PATTERNS = [
     "*.safetensors",
@@ -198,8 +197,10 @@ def resolve_model_dir(spec: Mapping[str, Any], cache_dir: str | Path | None = No
     except ModelSourceError as exc:
         # Online, the snapshot holds every file of the repository that the patterns
         # match, so the repository itself lacks them; offline, an old huggingface_hub
-        # may hand back a partial snapshot. Either way the folder is no model: drop it.
-        shutil.rmtree(folder, ignore_errors=True)
+        # may hand back a partial snapshot. Either way the folder is no model: drop it,
+        # from the workflow's own cache only (a person's cache keeps its folders).
+        if _own_cache(cache_dir):
+            shutil.rmtree(folder, ignore_errors=True)
         raise ModelSourceError(
             f"{_hub_where(repo_id, revision)}: the downloaded snapshot is not a complete "
             f"model ({exc}); fix: pin `revision:` to a commit that holds config.json and "
@@ -427,7 +428,26 @@ def _discard_partial_snapshot(repo_id: str, revision: str, cache_dir: str | Path
     try:
         check_model_dir(folder)
     except ModelSourceError:
-        shutil.rmtree(folder, ignore_errors=True)
+        if _own_cache(cache):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _own_cache(cache_dir: str | Path | None) -> bool:
+    """Whether a hub cache is the workflow's own (marked by fetch_model when it made it,
+    :func:`own_hub_cache`): only there are snapshot folders ever removed. The default
+    cache (``None``: the person's Hugging Face cache) is theirs."""
+    return cache_dir is not None and is_owned(Path(cache_dir))
+
+
+def own_hub_cache(cache_dir: str | Path) -> Path:
+    """The workflow's hub cache, ``cache_dir``, created and marked as the workflow's
+    when it does not exist yet (an existing folder is left as it is: it may be a
+    person's, and is then never pruned)."""
+    cache = Path(cache_dir)
+    if not cache.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        mark_owned(cache, "Hugging Face hub cache of the workflow's model downloads")
+    return cache
 
 
 def provenance(spec: Mapping[str, Any], model_dir: str | Path) -> dict[str, str]:
@@ -452,20 +472,6 @@ def provenance(spec: Mapping[str, Any], model_dir: str | Path) -> dict[str, str]
 #: Marker file inside every folder the workflow creates in the model cache. Only a
 #: folder holding it is ever replaced or deleted: ``transformers.cache`` may point at a
 #: folder of the user's, and what was there before is theirs.
-OWNER_MARKER = ".specalign-owned.json"
-
-
-def _mark_owned(folder: Path, what: str) -> None:
-    """Write the ownership marker: who writes ``folder`` (host, pid), and what it is."""
-    info = {"created_by": "specalign", "what": what, "host": socket.gethostname()}
-    (folder / OWNER_MARKER).write_text(json.dumps({**info, "pid": os.getpid()}) + "\n")
-
-
-def is_owned(folder: Path) -> bool:
-    """Whether the workflow created ``folder`` (a real folder holding the marker)."""
-    return folder.is_dir() and not folder.is_symlink() and (folder / OWNER_MARKER).is_file()
-
-
 def _refuse_foreign(folder: Path) -> None:
     if (folder.exists() or folder.is_symlink()) and not is_owned(folder):
         raise ModelSourceError(
@@ -534,22 +540,22 @@ def make_random_model(
     else:
         path = Path(config_source)
         source_dir = path if path.is_dir() else path.parent
-        if not (source_dir / "config.json").is_file():
-            raise ModelSourceError(f"{source_dir}: no config.json to copy the configuration from")
+        # the file named, whatever its name (a folder: its config.json)
+        config_json = path / "config.json" if path.is_dir() else path
+        if not config_json.is_file():
+            raise ModelSourceError(f"{config_json}: no configuration to copy")
         config = AutoConfig.from_pretrained(
-            str(source_dir), local_files_only=True, trust_remote_code=False
+            str(config_json), local_files_only=True, trust_remote_code=False
         )
 
     model_class = _random_model_class(config.model_type)
     tmp = io.new_partial(out_dir, folder=True, ours=_ours)  # a killed writer's partials go
     try:
-        _mark_owned(tmp, "random-weight model")
+        mark_owned(tmp, "random-weight model")
         written = write_random_weights(model_class, config, tmp, seed)
         if source_dir is not None:
-            for pattern in TOKENIZER_PATTERNS:
-                for file in source_dir.glob(pattern):
-                    if file.is_file():
-                        shutil.copy2(file, tmp / file.name)
+            for file in tokenizer_files(source_dir):
+                shutil.copy2(file, tmp / file.name)
         (tmp / "random_model.json").write_text(
             json.dumps(
                 {"seed": int(seed), "config_source": str(source_dir or "dict"), **written},

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from specalign.io import new_partial, swap_folder
+from specalign.io import OWNER_MARKER, is_owned, mark_owned, new_partial, swap_folder
 
 #: Families that can be trained, with their objective.
 FAMILIES = {"albert": "masked_lm", "bert": "masked_lm", "gpt2": "causal_lm"}
@@ -563,6 +563,7 @@ def _save(model: Any, hf_tok: Any, folder: Path, info: Mapping[str, Any]) -> Non
 
     tmp = new_partial(folder, folder=True)  # and a killed run's partials go
     try:
+        mark_owned(tmp, f"checkpoint at step {info['step']} of a training run")
         model.save_pretrained(str(tmp))
         hf_tok.save_pretrained(str(tmp))
         (tmp / "trained_model.json").write_text(json.dumps(dict(info), indent=2) + "\n")
@@ -571,6 +572,48 @@ def _save(model: Any, hf_tok: Any, folder: Path, info: Mapping[str, Any]) -> Non
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(tmp)
         raise
+
+
+def _written_here(folder: Path) -> bool:
+    """Whether a ``step{N}`` folder is a checkpoint this workflow wrote: it holds the
+    ownership marker, or (written before step folders were marked) its parent does and
+    it holds the record :func:`_save` writes, of step N."""
+    import json
+
+    if is_owned(folder):
+        return True
+    if folder.is_symlink() or not is_owned(folder.parent):
+        return False
+    try:
+        info = json.loads((folder / "trained_model.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(info, dict)
+        and set(info) == {"family", "step", "seed"}
+        and f"step{info['step']}" == folder.name
+    )
+
+
+def clear_checkpoints(out_dir: str | Path, steps: int) -> list[Path]:
+    """Make way for a run's checkpoints in ``out_dir``: remove the ``step{N}`` folders
+    an earlier run wrote there (any N: the points may have changed), and nothing else.
+    A folder of a person's where a checkpoint goes is an error naming it, before any
+    training; every other file in ``out_dir`` is kept. Returns what was removed."""
+    out_dir = Path(out_dir)
+    removed = []
+    for folder in sorted(out_dir.glob("step*")):
+        if re.fullmatch(r"step\d+", folder.name) and _written_here(folder):
+            shutil.rmtree(folder)
+            removed.append(folder)
+    for step in checkpoint_steps(steps):
+        folder = out_dir / f"step{step}"
+        if folder.exists() or folder.is_symlink():
+            raise TrainingError(
+                f"{folder} exists and was not written by this workflow (no {OWNER_MARKER}): "
+                "the run writes its checkpoint there; fix: move it elsewhere"
+            )
+    return removed
 
 
 def train_run(
