@@ -45,6 +45,9 @@ include: "rules/report.smk"
 # Reruns after code edits: every script rule gets the fingerprint of its script and of
 # the specalign modules it imports, derived from the imports (rules/common.smk).
 fingerprint_scripts(workflow.rules)
+# Reruns after a person's file changes in place: every rule gets the content digest of
+# its inputs that no rule makes, derived from each job's inputs (rules/common.smk).
+track_inputs_by_content(workflow)
 
 
 onstart:

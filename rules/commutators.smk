@@ -37,8 +37,6 @@ rule prepare_data:
         results_path(layout.experiment_file("{experiment}", "data.h5")),
     params:
         experiment=exp_json("data"),
-        # the workbook by content: other bytes under the same name and time rerun
-        raw=lambda w: file_content(data_inputs(w).get("raw")),
     conda:
         CONDA_ENV
     log:

@@ -9,15 +9,16 @@ localrules:
 
 rule fetch_model:
     # A local rule: hub downloads need the internet, which compute nodes often lack.
-    # package/local sources only record where the model folder is.
+    # package/local sources only record where the model folder is, whose files are
+    # its inputs.
+    input:
+        model_source_inputs,
     output:
         f"{MODEL_CACHE}/{{model}}/manifest.json",
     wildcard_constraints:
         model=name_regex(FETCHED_MODELS),
     params:
         spec=lambda w: canonical_json(config["transformers"]["models"][w.model]),
-        # a local/package folder by content: weights replaced in place rerun
-        content=model_content,
         # hub snapshots share one Hugging Face cache beside the per-model manifests
         cache=lambda w, output: str(Path(output[0]).parents[1] / "hub"),
     conda:
@@ -39,8 +40,6 @@ rule random_model:
         model=name_regex(RANDOM_MODELS),
     params:
         spec=lambda w: canonical_json(config["transformers"]["models"][w.model]),
-        # a config_file: by content, not only by time
-        content=lambda w: file_content(config["transformers"]["models"][w.model]["config_file"]),
     resources:
         **model_resources("random_model"),
     conda:
@@ -154,13 +153,13 @@ rule propagate:
         weights=results_path(layout.model_file("{model}", "weights.h5")),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
         spectra=results_path(layout.model_file("{model}", "spectra.nc")),
+        prompts=prompt_inputs,
     output:
         results_path(layout.model_file("{model}", "propagation.nc")),
     params:
         settings=canonical_json(
             {k: config["transformers"][k] for k in ("eta", "prompts", "propagation")}
         ),
-        prompt_file=prompt_content,
     threads: model_threads("propagate")
     resources:
         **gpu_resources(),
@@ -180,6 +179,7 @@ rule steer:
         weights=results_path(layout.model_file("{model}", "weights.h5")),
         manifest=f"{MODEL_CACHE}/{{model}}/manifest.json",
         spectra=results_path(layout.model_file("{model}", "spectra.nc")),
+        prompts=prompt_inputs,
     output:
         results_path(layout.model_file("{model}", "steering.nc")),
     params:
@@ -191,7 +191,6 @@ rule steer:
                 "null_draws": config["transformers"]["propagation"]["null_draws"],
             }
         ),
-        prompt_file=prompt_content,
     threads: model_threads("steer")
     resources:
         **gpu_resources(),

@@ -11,8 +11,10 @@ under the same name rerun the job and what follows it.
   digests are cached (:data:`CACHE`) under the file's identity (absolute path, size,
   modification and change times in ns, inode): a write in place changes the change
   time, which no user tool can set back, so a cached digest is never stale. A file in
-  a Hugging Face cache (a link into ``blobs/``, named by the file's SHA-256 or git
-  hash) is identified by that name without reading it.
+  a Hugging Face cache is a link into ``blobs/``, named by the hash the hub gave it:
+  the digest is of the bytes the link leads to, never of the name (a blob overwritten
+  in place keeps its name). Reading a downloaded checkpoint once costs a fraction of
+  downloading it; later plans hit the cache.
 * :func:`digest_of`: one digest over (name, digest) pairs, for an input made of several
   files (a model folder: :func:`specalign.transformers.load.checkpoint.model_digest`).
 
@@ -27,14 +29,12 @@ import errno
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 #: The digest cache of the working directory (beside Snakemake's own metadata).
 CACHE = Path(".snakemake") / "specalign" / "digests.json"
-_BLOB_RE = re.compile(r"^([0-9a-f]{64}|[0-9a-f]{40})$")
 _cache: dict[str, list] | None = None
 
 
@@ -120,14 +120,9 @@ def _data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
-    """``sha256:<hex>`` of the file (or ``blob:<name>`` for a Hugging Face cache link),
-    cached under the file's identity (see the module doc)."""
-    path = Path(path)
-    if path.is_symlink():
-        target = path.resolve()
-        if target.parent.name == "blobs" and _BLOB_RE.match(target.name):
-            return f"blob:{target.name}"
-    real = path.resolve()
+    """``sha256:<hex>`` of the file's bytes (through links), cached under the file's
+    identity (see the module doc)."""
+    real = Path(path).resolve()
     st = real.stat()
     key = str(real)
     ident = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]

@@ -109,6 +109,7 @@ FAULT_ORDER = [
     "file_modes",
     # the third pass, issue 18 (test_faults_stale.py)
     "content_inputs",
+    "content_walk",
     "foreign_results",
     "workbook_ownership",
     "memory_request",

@@ -10,19 +10,25 @@ workflow run to seconds per job; the tests that run snakemake are marked ``pipel
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 import pytest
+import yaml
+from snakemake_helpers import planned_jobs, run_snakemake
 from test_faults import fault_log, new_workdir
 from test_faults_silent_or_late import snakemake, tiny_bert, transformer_config
 from tiny_models import save_tiny
 
+from specalign.commutators.data.uci import shipped_copy
 from specalign.config import ConfigError, validate_config
 
 
@@ -104,6 +110,158 @@ def test_local_checkpoint_replaced_in_place_reruns(repo, tmp_path_factory, fault
         jobs_rerun_after_checkpoint_swap=len(reruns),
         weights_changed=int(not np.array_equal(before, after)),
         propagate_rerun_after_prompt_edit=1,
+    )
+
+
+# The walk: every input that no rule makes, of every job of a run of both studies
+
+
+@pytest.fixture(scope="module")
+def person_run(repo, tmp_path_factory):
+    """Both studies, every input outside the workflow's own folders."""
+    mine = tmp_path_factory.mktemp("person_files")
+    model = tiny_bert(mine / "model")
+    # a configuration of its own name, beside a tokenizer of its own
+    random_config = mine / "random" / "random_config.json"
+    random_config.parent.mkdir()
+    shutil.copy2(model / "config.json", random_config)
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy2(model / name, random_config.parent)
+    prompts = mine / "prompts.txt"
+    prompts.write_text("the cat sat on the mat and looked at the door\n" * 3)
+    cache = mine / "uci"
+    cache.mkdir()
+    shutil.copy2(shipped_copy("concrete"), cache)
+    cfg = {
+        "threads": 1,
+        "data": {"cache": str(cache)},
+        "commutators": {
+            "training": {"lr": 0.05, "iterations": 40, "risk_levels": [0.1], "times": [1]},
+            "experiments": {
+                "concrete": {"kind": "benchmark", "dataset": "concrete", "source": "uci",
+                             "hidden": 2, "width": 8, "seeds": 1},
+            },
+        },  # fmt: skip
+        "transformers": {
+            "models": {
+                "m": {"source": "local", "path": str(model)},
+                "r": {"source": "random", "config_file": str(random_config), "seed": 0},
+            },
+            "prompts": {"kind": "text", "n_prompts": 2, "n_tokens": 4, "text_file": str(prompts)},
+            "propagation": {"prolonged_layers": 4, "null_draws": 2},
+            "steering": {"target_id": 5, "c": [2.0], "methods": ["min_norm"]},
+            "sphere": {"steps": 20},
+        },
+        "plots": {"formats": ["png"], "dpi": 30},
+    }
+    work = tmp_path_factory.mktemp("person_run")
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    run_snakemake(repo, work)
+    return work, mine
+
+
+def _summary(repo: Path, work: Path) -> list[dict[str, str]]:
+    out = run_snakemake(repo, work, "--detailed-summary", "--quiet")
+    lines = out[out.index("output_file\t") :].splitlines()
+    header = lines[0].count("\t")
+    # the summary's rows, not the log lines that follow them
+    table = "\n".join(line for line in lines if line.count("\t") == header)
+    return list(csv.DictReader(io.StringIO(table), delimiter="\t"))
+
+
+def _jobs(rows: list[dict[str, str]]) -> dict[str, tuple[str, set[str], set[str]]]:
+    """Job (its log file: every rule logs, one file per job) -> (rule, its inputs,
+    its outputs), from the detailed summary's one row per output file."""
+    jobs: dict[str, tuple[str, set[str], set[str]]] = {}
+    for row in rows:
+        if row["rule"] == "all" or not row["log-file(s)"].strip("-"):
+            continue
+        rule, inputs, outputs = jobs.setdefault(row["log-file(s)"], (row["rule"], set(), set()))
+        inputs.update(f for f in row["input-file(s)"].split(",") if f and f != "-")
+        outputs.add(row["output_file"])
+    return jobs
+
+
+def _downstream(jobs, readers: set[str]) -> Counter:
+    """Rule -> number of jobs among ``readers`` and every job that reads, directly or
+    through others, what they make."""
+    todo, seen = list(readers), set(readers)
+    while todo:
+        made = jobs[todo.pop()][2]
+        for job, (_, inputs, _) in jobs.items():
+            if job not in seen and inputs & made:
+                seen.add(job)
+                todo.append(job)
+    return Counter(jobs[j][0] for j in seen)
+
+
+def _other_bytes(path: Path) -> tuple[bytes, os.stat_result]:
+    """Give ``path`` other content of its kind (a JSON file one more key, a text file one
+    more line, any other file one byte changed in the middle, the same size), its
+    times set back; returns what restores it."""
+    st = path.stat()
+    data = path.read_bytes()
+    if path.suffix == ".json":
+        other = json.dumps({**json.loads(data), "edited_by_test": 1}).encode()
+    elif path.suffix == ".txt":
+        other = data + b"one more line\n"
+    else:
+        mid = len(data) // 2
+        other = data[:mid] + bytes([data[mid] ^ 0xFF]) + data[mid + 1 :]
+    path.write_bytes(other)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return data, st
+
+
+@pytest.mark.pipeline
+def test_every_input_a_person_made_reruns_its_readers_and_nothing_else(
+    repo, person_run, faults
+):
+    """Every input a person can change, tracked by content: a walk over the whole DAG.
+
+    The workflow gives every rule the content digest of its inputs that no rule makes
+    (``track_inputs_by_content``, rules/common.smk). One run of both studies reads only
+    files a person made (a local model folder with its tokenizer, a random model's
+    config.json beside a tokenizer, a prompts text file, a UCI workbook in the data
+    cache); then, for every job's every such input, read from the finished run's own
+    record of inputs (Snakemake's detailed summary, not a list kept here), the file is
+    given other content and its old modification time back (as ``cp -p``, ``rsync -a``
+    or a restored backup leave it): the jobs that read it and everything downstream of
+    them, and nothing else, must be planned."""
+    work, mine = person_run
+    jobs = _jobs(_summary(repo, work))
+    made = {o for _, _, outputs in jobs.values() for o in outputs}
+    external = {f for _, inputs, _ in jobs.values() for f in inputs if f not in made}
+    # every kind of file a person gives the workflow is among them, and all are theirs
+    assert {Path(f).resolve() for f in external} <= {p.resolve() for p in mine.rglob("*")}
+    names = {Path(f).name for f in external}
+    assert {"model.safetensors", "config.json", "vocab.txt", "random_config.json",
+            "prompts.txt", "Concrete_Data.xls"} <= names, names  # fmt: skip
+    reading = {}
+    assert planned_jobs(repo, work) == {}
+    for f in sorted(external):
+        readers = {j for j, (_, inputs, _) in jobs.items() if f in inputs}
+        expected = _downstream(jobs, readers)
+        data, st = _other_bytes(Path(f))
+        try:
+            planned = planned_jobs(repo, work)
+        finally:
+            Path(f).write_bytes(data)
+            os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert planned == dict(expected), (f, planned, dict(expected))
+        reading[Path(f).name] = sorted({jobs[j][0] for j in readers})
+    # restored bytes (with a new change time) are the old content: nothing to do
+    assert planned_jobs(repo, work) == {}
+    faults.record(
+        "content_walk",
+        "every input file of a run of both studies that no rule makes (local model "
+        "folder with tokenizer, random model config.json, prompts text file, UCI "
+        "workbook), one at a time given other bytes of the same size and its old times",
+        "the jobs reading it and everything downstream are planned, and nothing else; "
+        "restored, nothing is planned. Readers: "
+        + "; ".join(f"{n}: {', '.join(r)}" for n, r in sorted(reading.items())),
+        external_inputs_walked=len(external),
+        jobs_in_run=len(jobs),
     )
 
 

