@@ -371,3 +371,37 @@ def test_load_verifies_the_checksum_of_a_cached_copy(uci_data, tmp_path):
     with pytest.raises(uci.ChecksumMismatchError, match="left as it is"):
         uci.fetch("concrete", tmp_path, mirror=uci_data)
     assert cached.read_bytes() == bytes(raw)
+
+
+def test_a_workbook_is_the_workflows_copy_by_content_or_time_not_by_name(tmp_path):
+    """The cache folder's record says which workbooks the workflow fetched; a file a
+    person later puts under the same name is theirs (never an output, never moved
+    aside), while the fetched copy damaged in place is still the workflow's."""
+    import os
+
+    name = uci.DATASETS["concrete"].filename
+    path = tmp_path / name
+    shutil.copy(uci.shipped_copy("concrete"), path)
+    uci.record_fetched(path)
+    assert uci.fetched_by_workflow(path)
+    fetchable, replaced = uci.workflow_workbooks(tmp_path)
+    assert set(fetchable) == {d.filename for d in uci.DATASETS.values()} and replaced == []
+    # damaged in place, time kept: the workflow's, moved aside and fetched again
+    st = path.stat()
+    good = path.read_bytes()
+    path.write_bytes(good[:-512] + b"\0" * 512)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert uci.fetched_by_workflow(path)
+    fetchable, replaced = uci.workflow_workbooks(tmp_path)
+    assert name in fetchable and replaced == [name]
+    assert (tmp_path / (name + uci.FAILED_SUFFIX)).is_file() and not path.exists()
+    # the person's own workbook under that name (written now, other bytes): theirs
+    shutil.copy(uci.shipped_copy("concrete"), path)
+    uci.record_fetched(path)
+    path.write_bytes(good[:-512] + b"1" * 512)
+    assert not uci.fetched_by_workflow(path)
+    fetchable, replaced = uci.workflow_workbooks(tmp_path)
+    assert name not in fetchable and replaced == [] and path.read_bytes()[-1:] == b"1"
+    # the same bytes as fetched, rewritten (a restored backup): still the workflow's
+    path.write_bytes(good)
+    assert uci.fetched_by_workflow(path)

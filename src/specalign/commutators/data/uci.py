@@ -492,17 +492,31 @@ def _record(folder: Path) -> dict[str, str]:
 
 
 def record_fetched(path: str | os.PathLike[str]) -> None:
-    """Note in the cache folder's record that the workflow fetched ``path``."""
+    """Note in the cache folder's record that the workflow fetched ``path``: its SHA-256
+    and modification time as written."""
     path = Path(path)
-    record = {**_record(path.parent), path.name: sha256sum(path)}
+    entry = {"sha256": sha256sum(path), "mtime_ns": path.stat().st_mtime_ns}
+    record = {**_record(path.parent), path.name: entry}
     with atomic_path(path.parent / FETCHED_RECORD) as tmp:
         tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def fetched_by_workflow(path: str | os.PathLike[str]) -> bool:
-    """Whether the workflow fetched the file at ``path`` (its cache folder's record)."""
+    """Whether the file at ``path`` is the copy the workflow fetched (its cache folder's
+    record): the name alone does not say so, since a person may put a file of their own
+    under it. The copy fetched has the recorded content, or else (damaged in place: a
+    truncation or zeroed pages leave the time as it was) the recorded modification time;
+    a file written there since is the person's. A record from before times were recorded
+    holds the name only."""
     path = Path(path)
-    return path.name in _record(path.parent)
+    entry = _record(path.parent).get(path.name)
+    if entry is None or path.is_symlink() or not path.is_file():
+        return False
+    if not isinstance(entry, dict):
+        return True
+    if path.stat().st_mtime_ns == entry.get("mtime_ns"):
+        return True
+    return sha256sum(path) == entry.get("sha256")
 
 
 def workflow_workbooks(cache: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
