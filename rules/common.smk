@@ -243,7 +243,7 @@ def prompt_inputs(wildcards):
 
 
 def track_inputs_by_content(workflow):
-    """Give every rule the parameter ``inputs``: the content digest of each of its input
+    """Give every rule the parameter ``inputs``, the content digest of each of its input
     files that no rule of the workflow makes (specalign.contents).
 
     These are the files a person put there and can change (model folders and their
@@ -258,9 +258,9 @@ def track_inputs_by_content(workflow):
         each.set_params(inputs=_content_of_inputs(each, workflow))
 
 
-def _content_of_inputs(rule, workflow):
+def _content_of_inputs(each_rule, workflow):
     def content(wildcards):
-        files = rule.expand_input(wildcards)[0]
+        files = each_rule.expand_input(wildcards)[0]
         made = [r for r in workflow.rules if r.output]
         return canonical_json(
             {

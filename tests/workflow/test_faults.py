@@ -241,6 +241,41 @@ Notes
 * Rows `twin` to `file_modes` are the held-out pass: each was a case where a
   result was silently wrong, data was lost, or an error came late without naming its
   cause; each row says what happens now.
+
+Mechanisms
+
+Each kind of bad input or fault goes through one mechanism, tested over every key or
+rule rather than case by case:
+
+* **One configuration gate** (`specalign.config.validate_config`, the JSON schema plus
+  one pass of its own over it): every entry point (`snakemake`, `--config`,
+  `specalign analyze`, the Python API, modules) validates through it before any job.
+  Duplicate YAML keys are refused naming both lines (`load_yaml`), non-finite numbers
+  naming the key, paths expanded once (`_expand_paths`), `like:` cycles named once.
+  Property test (row `fuzz_property`, in `tests/workflow/test_fuzz.py`):
+  `test_any_value_at_any_key_is_accepted_or_refused_naming_the_key`, beside the
+  schema walks (rows `fuzz_invalid`, `fuzz_snakemake_invalid`).
+* **Every input a person can change, by content**: `track_inputs_by_content`
+  (rules/common.smk) gives every rule the content digest (`specalign.contents`) of each
+  input of the job that no rule makes, derived from the job's inputs; the files a job
+  reads from a person (model folders and tokenizers, prompt files, config files,
+  corpora, workbooks) are its inputs. Test: the walk over every such input of every
+  job of a run of both studies (row `content_walk`).
+* **Nothing removed that the workflow did not make**: one ownership marker
+  (`specalign.io.OWNER_MARKER`) on every folder the workflow makes (random models, the
+  hub cache, a series' checkpoints and each step folder), the writer's metadata in
+  every figure (`specalign.output.written_here`), a marker on each results folder
+  (`specalign.workflow.RESULTS_MARKER`); a removal asks them first. Tests: rows
+  `model_folders` and `workbook_ownership`;
+  `test_training.py::test_clearing_checkpoints_removes_only_what_a_run_wrote`,
+  `test_pipeline_series.py::test_reruns_on_the_corpus`,
+  `tests/workflow/test_results_folder.py` (figures, nested results folders),
+  `test_hub.py::test_a_persons_hub_cache_keeps_its_snapshot_folders` (the last three
+  in `tests/transformers/`).
+* **A result only from what it names**: every file a later rule reads records what it
+  was made from (`specalign.transformers.lineage`: the model manifest and the settings;
+  a series' checkpoints.json: each checkpoint's content), and every reader checks it
+  (row `foreign_results`).
 """
 
 
