@@ -114,7 +114,15 @@ def swap_folder(tmp: Path, final: Path) -> None:
     renames, never a moment without one or the other: the old folder is first renamed
     to a partial of ``final`` in this process's name, so that a kill between the renames
     leaves it for the next writer to remove (:func:`remove_stale_partials`), not a
-    missing ``final`` beside a half-deleted one."""
+    missing ``final`` beside a half-deleted one.
+
+    mkdtemp made ``tmp`` 0700 and some writers (safetensors) make their files 0600:
+    published, the folder and everything in it get what the umask gives any new folder
+    and file."""
+    os.chmod(tmp, new_file_mode(folder=True))
+    for path in tmp.rglob("*"):
+        if not path.is_symlink():
+            os.chmod(path, new_file_mode(folder=path.is_dir()))
     trash = None
     if final.exists():
         trash = final.with_name(f".{final.name}.{writer_tag()}.{secrets.token_hex(4)}.old.part")

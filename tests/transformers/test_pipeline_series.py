@@ -283,6 +283,15 @@ def test_reruns_on_the_corpus(repo, series_run):
     assert (ckpts / "step99" / "notes.txt").read_text() == "mine too\n"
     record = json.loads((ckpts / "checkpoints.json").read_text())
     assert sorted(record["checkpoints"], key=int) == ["0", "1", "2", "4"]
+    # published with the modes the umask gives any new folder and file (mkdtemp's
+    # 0700 and safetensors' 0600 were left on them)
+    from specalign.io import new_file_mode
+
+    for step in record["checkpoints"]:
+        folder = ckpts / f"step{step}"
+        assert folder.stat().st_mode & 0o777 == new_file_mode(folder=True), folder
+        for file in folder.iterdir():
+            assert file.stat().st_mode & 0o777 == new_file_mode(), file
     assert "train_model" not in planned_jobs(repo, workdir)
     # the text edited in place, its modification time set back (cp -p, rsync -a)
     st = corpus.stat()

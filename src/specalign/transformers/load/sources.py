@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from specalign import io
-from specalign.io import OWNER_MARKER, InputFileError, is_owned, mark_owned, new_file_mode
+from specalign.io import OWNER_MARKER, InputFileError, is_owned, mark_owned
 from specalign.runtime import check_snakemake_alive
 from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS, tokenizer_files
 
@@ -498,11 +498,6 @@ def _replace_dir(tmp: Path, final: Path) -> None:
     """Move the finished folder ``tmp`` to ``final``, replacing an old one of ours; a
     folder there that the workflow did not create is refused (ModelSourceError)."""
     _refuse_foreign(final)
-    # mkdtemp made the folder 0700 and safetensors writes its files 0600: published,
-    # they get what the umask gives any new folder and file
-    os.chmod(tmp, new_file_mode(folder=True))
-    for path in tmp.rglob("*"):
-        os.chmod(path, new_file_mode(folder=path.is_dir()))
     check_snakemake_alive(final)
     io.swap_folder(tmp, final)
 
