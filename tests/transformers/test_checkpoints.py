@@ -345,3 +345,31 @@ def test_fp8_refused_for_the_real_model_passes(qwen3):
         checkpoint.check_transformers_can_load(config, qwen3 / "config.json")
     msg = str(err.value)
     assert "\n" not in msg and "quantization scheme 'fp8'" in msg and "real-model" in msg
+
+
+def test_a_manifest_is_read_only_with_the_folder_it_recorded(tmp_path, monkeypatch):
+    """Every reader of a manifest reads the model folder it names; a file of that folder
+    changed since the manifest was written (in place, its time set back: a hub blob
+    overwritten, a checkpoint restored from another backup) is an error naming the
+    manifest, the folder and both digests, not the recorded model."""
+    import json
+    import os
+
+    from safetensors.numpy import save_file
+
+    from specalign.io import InputFileError
+    from specalign.transformers.load import contracts
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    save_file({"w": np.ones((4, 4), np.float32)}, folder / "model.safetensors")
+    contracts.write_manifest(tmp_path / "manifest.json", folder, {"source": "local"})
+    assert contracts.read_manifest(tmp_path / "manifest.json")["path"] == "m"
+    weights = folder / "model.safetensors"
+    st = weights.stat()
+    save_file({"w": np.full((4, 4), 2.0, np.float32)}, weights)
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(InputFileError, match=r"manifest.json: the model folder m is not what"):
+        contracts.read_manifest(tmp_path / "manifest.json")

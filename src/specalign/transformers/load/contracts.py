@@ -214,8 +214,12 @@ def write_manifest(path: str | Path, model_dir: str | Path, info: Mapping[str, A
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """Read a manifest; the model folder it names must still exist. A relative ``path``
-    is resolved against the working directory."""
+    """Read a manifest; the model folder it names must still exist and hold what was
+    recorded (its ``content`` digest: a checkpoint, tokenizer or configuration changed
+    since, in the workflow's hub cache or anywhere else, is an error naming both, never
+    read as the recorded model). The digests are cached by file identity
+    (:mod:`specalign.contents`): an unchanged folder costs a ``stat`` per file. A relative
+    ``path`` is resolved against the working directory."""
     path = Path(path)
     try:
         manifest = json.loads(path.read_text())
@@ -229,6 +233,17 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
             f"{path}: the model folder {model_dir} it names has no config.json any more; "
             "delete the manifest and rerun the workflow to fetch the model again"
         )
+    recorded = manifest.get("content")
+    if recorded:
+        from specalign.transformers.load.checkpoint import model_digest
+
+        found = model_digest(model_dir)
+        if found != recorded:
+            raise io.InputFileError(
+                f"{path}: the model folder {model_dir} is not what it records (content "
+                f"{found}, recorded {recorded}): a file in it changed since; fix: restore "
+                f"the folder, or make the manifest again (snakemake --force {path})"
+            )
     return manifest
 
 
