@@ -172,7 +172,14 @@ def mark_results_folder(folder: str | Path, configfiles: list[str]) -> None:
 
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
-    write_json(root / RESULTS_MARKER, {"results": str(folder), "configfiles": list(configfiles)})
+    cwd = Path.cwd().resolve()
+    # relative to the working directory where inside it: the same configuration run in
+    # two working directories writes the same bytes (runs are compared file for file)
+    files = [
+        str(p.relative_to(cwd)) if p.is_relative_to(cwd) else str(p)
+        for p in (Path(f).resolve() for f in configfiles)
+    ]
+    write_json(root / RESULTS_MARKER, {"results": str(folder), "configfiles": files})
 
 
 def stale_files(folder: str | Path, produced: Any) -> list[Path]:

@@ -395,13 +395,19 @@ def test_a_workbook_is_the_workflows_copy_by_content_or_time_not_by_name(tmp_pat
     fetchable, replaced = uci.workflow_workbooks(tmp_path)
     assert name in fetchable and replaced == [name]
     assert (tmp_path / (name + uci.FAILED_SUFFIX)).is_file() and not path.exists()
-    # the person's own workbook under that name (written now, other bytes): theirs
+    # the person's own workbook saved under that name (another file, other bytes):
+    # theirs, neither an output nor moved aside
     shutil.copy(uci.shipped_copy("concrete"), path)
     uci.record_fetched(path)
-    path.write_bytes(good[:-512] + b"1" * 512)
+    os.utime(path, ns=(0, 10**18))  # as Snakemake touches an output after its job
+    assert uci.fetched_by_workflow(path)
+    theirs = tmp_path / "theirs.xls"
+    theirs.write_bytes(good[:-512] + b"1" * 512)
+    os.replace(theirs, path)
     assert not uci.fetched_by_workflow(path)
     fetchable, replaced = uci.workflow_workbooks(tmp_path)
     assert name not in fetchable and replaced == [] and path.read_bytes()[-1:] == b"1"
-    # the same bytes as fetched, rewritten (a restored backup): still the workflow's
-    path.write_bytes(good)
+    # the bytes fetched, put back as another file (a restored backup): the workflow's
+    theirs.write_bytes(good)
+    os.replace(theirs, path)
     assert uci.fetched_by_workflow(path)

@@ -493,9 +493,11 @@ def _record(folder: Path) -> dict[str, str]:
 
 def record_fetched(path: str | os.PathLike[str]) -> None:
     """Note in the cache folder's record that the workflow fetched ``path``: its SHA-256
-    and modification time as written."""
+    and the file itself (device and inode; Snakemake touches an output after its job,
+    so its time says nothing)."""
     path = Path(path)
-    entry = {"sha256": sha256sum(path), "mtime_ns": path.stat().st_mtime_ns}
+    st = path.stat()
+    entry = {"sha256": sha256sum(path), "device": st.st_dev, "inode": st.st_ino}
     record = {**_record(path.parent), path.name: entry}
     with atomic_path(path.parent / FETCHED_RECORD) as tmp:
         tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -505,16 +507,19 @@ def fetched_by_workflow(path: str | os.PathLike[str]) -> bool:
     """Whether the file at ``path`` is the copy the workflow fetched (its cache folder's
     record): the name alone does not say so, since a person may put a file of their own
     under it. The copy fetched has the recorded content, or else (damaged in place: a
-    truncation or zeroed pages leave the time as it was) the recorded modification time;
-    a file written there since is the person's. A record from before times were recorded
-    holds the name only."""
+    truncation or zeroed pages) is still the same file; a file put there since (saved,
+    moved or synced into place) is another file, the person's. A file a person
+    overwrote in place with other bytes cannot be told from damage: it is taken for the
+    workflow's, and then only moved aside (:func:`workflow_workbooks`), never deleted.
+    A record from before this holds the name only."""
     path = Path(path)
     entry = _record(path.parent).get(path.name)
     if entry is None or path.is_symlink() or not path.is_file():
         return False
     if not isinstance(entry, dict):
         return True
-    if path.stat().st_mtime_ns == entry.get("mtime_ns"):
+    st = path.stat()
+    if (st.st_dev, st.st_ino) == (entry.get("device"), entry.get("inode")):
         return True
     return sha256sum(path) == entry.get("sha256")
 
