@@ -139,6 +139,18 @@ def recorded_jobs(workdir: Path) -> dict[str, set[str]]:
     return jobs
 
 
+def opened_files(workdir: Path) -> dict[str, set[str]]:
+    """script file name -> the files its recorded jobs opened from Python (absolute
+    paths; tests/module_recorder)."""
+    opened: dict[str, set[str]] = {}
+    for path in (workdir / "module_log").glob("*.json"):
+        rec = json.loads(path.read_text())
+        argv0 = Path(rec["argv0"])
+        if ".snakemake/scripts" in argv0.as_posix():
+            opened.setdefault(argv0.name.split(".", 1)[1], set()).update(rec.get("opened", []))
+    return opened
+
+
 def not_in_fingerprint(scripts: dict[str, Path], jobs: dict[str, set[str]]) -> dict[str, list]:
     """rule -> the specalign modules its recorded jobs (``jobs``, by script file name)
     loaded that the static closure of its script (the rerun fingerprint) misses."""

@@ -23,7 +23,13 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from snakemake_helpers import planned_jobs, run_snakemake
+from snakemake_helpers import (
+    opened_files,
+    planned_jobs,
+    recording_env,
+    rule_scripts,
+    run_snakemake,
+)
 from test_faults import fault_log, new_workdir
 from test_faults_silent_or_late import snakemake, tiny_bert, transformer_config
 from tiny_models import save_tiny
@@ -156,7 +162,8 @@ def person_run(repo, tmp_path_factory):
     }
     work = tmp_path_factory.mktemp("person_run")
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
-    run_snakemake(repo, work)
+    # every job records the files it opens (tests/module_recorder)
+    run_snakemake(repo, work, env=recording_env(work))
     return work, mine
 
 
@@ -237,6 +244,25 @@ def test_every_input_a_person_made_reruns_its_readers_and_nothing_else(
     names = {Path(f).name for f in external}
     assert {"model.safetensors", "config.json", "vocab.txt", "random_config.json",
             "prompts.txt", "Concrete_Data.xls"} <= names, names  # fmt: skip
+    # the walk sees a job's declared inputs only: every file of the person's that a job
+    # opened is one of its rule's inputs, or lies in a model folder that a manifest
+    # among them names (read_manifest checks that folder's recorded content)
+    scripts = {p.name: rule for rule, p in rule_scripts(repo).items()}
+    for script, paths in opened_files(work).items():
+        rule = scripts[script]
+        inputs = {f for r, ins, _ in jobs.values() if r == rule for f in ins}
+        allowed = {Path(f).resolve() for f in inputs}
+        folders = [
+            (work / json.loads((work / f).read_text())["path"]).resolve()
+            for f in inputs
+            if f.endswith("manifest.json")
+        ]
+        theirs = {Path(p) for p in paths if Path(p).is_relative_to(mine.resolve())}
+        undeclared = {
+            p for p in theirs if p not in allowed and not any(p.is_relative_to(d) for d in folders)
+        }
+        assert not undeclared, (rule, sorted(map(str, undeclared)))
+    assert any(Path(p).name == "prompts.txt" for p in opened_files(work)["propagate.py"])
     reading = {}
     assert planned_jobs(repo, work) == {}
     for f in sorted(external):
