@@ -155,9 +155,8 @@ UNIT_ROWS = [
     (
         "safetensors header truncated, length 2^40, 5-byte file, not JSON, data past the "
         "end (5 cases)",
-        "one line naming the file (header length bounded by 100 MB and the file size); "
-        "the resource estimate falls back to config.json's counts, so `snakemake -n` goes"
-        " on",
+        "one line naming the file (header length bounded by 100 MB and the file size); the "
+        "resource estimate falls back to config.json's counts, so `snakemake -n` goes on",
         "`test_damaged_header_is_named_and_bounded`, "
         "`test_a_2_to_the_40_header_length_is_refused_without_reading_it`",
     ),
@@ -179,6 +178,65 @@ UNIT_ROWS = [
         "`tests/workflow/test_faults_stale.py::test_prompt_text_file_fails_at_validation`",
     ),
     (
+        "a prompt file whose lines hold U+2028, U+2029, U+0085, form feeds or the "
+        "separators U+001C-U+001E; CRLF and CR line ends (8 separators, 3 line ends)",
+        "one prompt per line as written: a line ends at a line feed or carriage return only "
+        "(`hf.prompt_lines`; str.splitlines cut one prompt into two)",
+        "`tests/transformers/test_dynamics.py::test_prompt_lines_end_at_line_feeds_only`",
+    ),
+    (
+        "sphere.steps 1 to 4; a sphere run whose gamma reaches 1 in one step (eigenvalues "
+        "[1, 0, 0], eta 1e5)",
+        "steps below `sphere.rate_min_steps()` (5, the schema's minimum) refused at "
+        "validation naming the key; where the data leave too few layers for a fit, "
+        "rate_measured is NaN, `rate_note` says why, and the report calls the rate "
+        'undecided (the job failed late: "too few layers ... to measure a rate")',
+        "`tests/transformers/test_outputs.py::test_sphere_steps_at_least_what_a_rate_needs`",
+    ),
+    (
+        "steering.c 0 (u sent into the null space of F')",
+        "the residual is relative to r, the old spectral radius, where \\|c r\\| is 0: "
+        'round-off (it read 2e291 against the smallest float, and the verdict "u is not an '
+        'eigenvector"); other c unchanged',
+        "`tests/transformers/test_steering.py::test_steering_to_zero_is_measured_against_the_spectral_radius`",
+    ),
+    (
+        "a commutator experiment's trajectories.h5 trained under other settings (another "
+        "width, depth, seed count, learning rate)",
+        "the diagnostics job compares the settings recorded in the file with those the "
+        "configuration asks for and refuses a mismatch before any work, naming the file and "
+        "each setting with both values (it reported the other ensemble as this one)",
+        "`tests/commutators/test_pipeline_commutators.py::test_diagnostics_refuse_trajectories_of_other_settings`",
+    ),
+    (
+        "`specalign analyze` with a hub id the hub library refuses (`nobody/bad..name`, "
+        "`nobody/-name`; offline and online), `--out` under a file, `--profile` of a "
+        "missing folder, `--prompts 100000000` (beyond this machine's memory); a hub id the "
+        "hub refuses in `transformers.models` or `.series`",
+        "status 2 and one line naming the id, the folder, the profile or n_prompts (with "
+        "the largest count that fits), before any job (each was status 1: a traceback, or "
+        "Snakemake's error); the configuration refuses the id naming its key. One mechanism "
+        "each: `sources.hub_id_problem` (the hub library's validator) for the CLI and the "
+        "configuration, `limits.memory_limit_problems` for the workflow and the CLI",
+        "`tests/test_cli.py::test_bad_input_exits_2_with_one_line`, "
+        "`tests/workflow/test_config.py::test_bad_config_names_the_key`",
+    ),
+    (
+        "`specalign analyze ./a/m ./b/m_random ./c/m_random_random`",
+        "every model keeps its own twin: a name that reads as another's twin takes its "
+        "folder (`b--m_random`), so no twin is replaced by a model the user named (the "
+        "user's m_random was written over m's twin and reported as it)",
+        "`tests/test_cli.py::test_twin_names_never_collide_with_a_model_named`",
+    ),
+    (
+        "`~/...`, `$VAR/...` and `${VAR}/...` at every path setting (found by walking the "
+        "schema for `format: path`); a variable that is not set",
+        "expanded once at validation, so that checks and jobs read the same path (`~` was "
+        "expanded by some checks only, and never for the jobs; `$VAR` nowhere); an unset "
+        "variable refused naming the key",
+        "`tests/workflow/test_fuzz.py::test_every_path_setting_expanded_once`",
+    ),
+    (
         "steering.c 1e308, -1e300, 1e200",
         "rejected at validation (\\|c\\| <= 1e6, schema)",
         "`test_huge_steering_strength_is_refused`",
@@ -186,15 +244,24 @@ UNIT_ROWS = [
     (
         "rope_scaling dynamic, longrope beyond original_max_position_embeddings; llama3, "
         "linear, yarn",
-        "the first two refused naming the type and n_tokens; the others exact (the "
-        "family's own table)",
+        "the first two refused naming the type and n_tokens; the others exact (the family's "
+        "own table)",
         "`test_length_dependent_rope_scaling_refused_beyond_its_original_length`",
     ),
     (
         "n_prompts 2e6 against 24000 MB; a 500 MB limit",
-        "refused naming n_prompts (with the largest count that fits) or the model, and "
-        "both numbers",
+        "refused naming n_prompts (with the largest count that fits) or the model, and both "
+        "numbers",
         "`test_memory_request_beyond_the_limit_is_refused_naming_the_key`",
+    ),
+    (
+        "a base model's checkpoint without its output head (a Pythia-style hub repository "
+        "of `GPTNeoXModel`) under steering",
+        "the head is not drawn at random (it was, unseeded: other probabilities at every "
+        "run); the simplified steering is measured, the next-token probabilities stay NaN, "
+        "and `probs_warning` says why in steering.nc, the job's log, the steering table's "
+        "caption and the reproduction report",
+        "`tests/transformers/test_streaming.py::test_steering_a_base_checkpoint_draws_no_head`",
     ),
 ]
 
