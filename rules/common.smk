@@ -95,6 +95,26 @@ TRAINED_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["sour
 FETCHED_MODELS = [m for m in MODELS if config["transformers"]["models"][m]["source"] in SPEC_KINDS]
 SERIES = sorted(config["transformers"]["series"])
 TRAINED_SERIES = [s for s in SERIES if config["transformers"]["series"][s]["source"] == "trained"]
+
+
+def _checkpoint_folders_check():
+    """A person's folder where a training run writes a checkpoint: refused now, in one
+    line, not when the job starts (specalign.transformers.train.training)."""
+    from specalign.transformers.train.training import (
+        checkpoint_conflict_message,
+        checkpoint_conflicts,
+    )
+
+    for series in TRAINED_SERIES:
+        steps = config["transformers"]["series"][series]["steps"]
+        conflicts = checkpoint_conflicts(Path(MODEL_CACHE) / f"{series}.checkpoints", steps)
+        if conflicts:
+            raise WorkflowError(
+                f"transformers.series.{series}: {checkpoint_conflict_message(conflicts)}"
+            )
+
+
+_checkpoint_folders_check()
 # the points of every series, by series (derived from the config's model specs)
 SERIES_POINTS = {
     s: sorted(

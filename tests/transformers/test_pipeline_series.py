@@ -303,4 +303,13 @@ def test_reruns_on_the_corpus(repo, series_run):
     corpus.write_text("\n\n".join(reversed(docs)) + "\n")
     jobs = planned_jobs(repo, workdir)
     assert jobs["train_model"] == 1 and jobs["series_training"] == 1
+    # a person's folder where a longer run would write its step 8: refused when
+    # planning, in one line naming it, not when the training job starts
+    (ckpts / "step8").mkdir()
+    longer = {**moved, "a": dict(moved["a"], steps=8, points=[0, 8])}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(_config(longer)))
+    out = run_snakemake(repo, workdir, "-n", check=False)
+    assert "a.checkpoints/step8: not written by this workflow" in out, out[-3000:]
+    assert "transformers.series.a:" in out and "Traceback" not in out
+    (ckpts / "step8").rmdir()
     (workdir / "config.yaml").write_text(yaml.safe_dump(_config(series)))

@@ -412,12 +412,13 @@ def test_clearing_checkpoints_removes_only_what_a_run_wrote(tmp_path):
     assert removed == [marked, legacy]
     assert (out / "notes.txt").is_file() and (out / "stepping.txt").is_file()
     assert theirs.is_dir()  # not a point of a 4-step run: left alone
-    with pytest.raises(training.TrainingError, match=r"step16 exists and was not written"):
+    with pytest.raises(training.TrainingError, match=r"step16: not written by this workflow"):
         training.clear_checkpoints(out, steps=16)
+    assert training.checkpoint_conflicts(out, steps=16) == [theirs]
     assert theirs.is_dir() and (out / "notes.txt").is_file()
     # a person's own folder of that name, unmarked: their step folders are theirs
     other = tmp_path / "o.checkpoints"
     (other / "step0").mkdir(parents=True)
     (other / "step0" / "trained_model.json").write_text("{}")
-    with pytest.raises(training.TrainingError, match=r"step0 exists"):
+    with pytest.raises(training.TrainingError, match=r"step0: not written"):
         training.clear_checkpoints(other, steps=4)

@@ -595,24 +595,41 @@ def _written_here(folder: Path) -> bool:
     )
 
 
+def checkpoint_conflicts(out_dir: str | Path, steps: int) -> list[Path]:
+    """The folders in ``out_dir`` where a run of ``steps`` steps writes a checkpoint
+    that this workflow did not write (a person's): checked before any job, and again
+    by :func:`clear_checkpoints`."""
+    out_dir = Path(out_dir)
+    return [
+        folder
+        for folder in (out_dir / f"step{step}" for step in checkpoint_steps(steps))
+        if (folder.exists() or folder.is_symlink()) and not _written_here(folder)
+    ]
+
+
+def checkpoint_conflict_message(conflicts: Sequence[Path]) -> str:
+    """The one-line refusal of :func:`checkpoint_conflicts`' folders."""
+    return (
+        f"{', '.join(map(str, conflicts))}: not written by this workflow (no "
+        f"{OWNER_MARKER}), where the training run writes its checkpoints; fix: move "
+        f"{'it' if len(conflicts) == 1 else 'them'} elsewhere"
+    )
+
+
 def clear_checkpoints(out_dir: str | Path, steps: int) -> list[Path]:
     """Make way for a run's checkpoints in ``out_dir``: remove the ``step{N}`` folders
     an earlier run wrote there (any N: the points may have changed), and nothing else.
     A folder of a person's where a checkpoint goes is an error naming it, before any
     training; every other file in ``out_dir`` is kept. Returns what was removed."""
     out_dir = Path(out_dir)
+    conflicts = checkpoint_conflicts(out_dir, steps)
+    if conflicts:
+        raise TrainingError(checkpoint_conflict_message(conflicts))
     removed = []
     for folder in sorted(out_dir.glob("step*")):
         if re.fullmatch(r"step\d+", folder.name) and _written_here(folder):
             shutil.rmtree(folder)
             removed.append(folder)
-    for step in checkpoint_steps(steps):
-        folder = out_dir / f"step{step}"
-        if folder.exists() or folder.is_symlink():
-            raise TrainingError(
-                f"{folder} exists and was not written by this workflow (no {OWNER_MARKER}): "
-                "the run writes its checkpoint there; fix: move it elsewhere"
-            )
     return removed
 
 
