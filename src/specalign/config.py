@@ -133,11 +133,14 @@ def _expand_paths(
     root: Mapping[str, Any],
     problems: list[str],
     path: tuple = (),
+    checks: list[tuple[str, str, str]] | None = None,
 ) -> Any:
     """``instance`` with every path setting (a string whose schema says ``format: path``)
     expanded once, in place: ``~`` and environment variables, so that every check and
     every job reads the same path (relative ones stay relative to the working directory,
-    where every job runs). A variable that is not set is a problem naming the key."""
+    where every job runs). A variable that is not set is a problem naming the key. Each
+    expanded setting whose schema says what it names (``x-path``) is added to ``checks``
+    as (key, path, kind), for :func:`path_problem`."""
     schema = _resolve(schema, root)
     if isinstance(instance, str) and instance and schema.get("format") == "path":
         expanded = os.path.expandvars(os.path.expanduser(instance))
@@ -147,6 +150,8 @@ def _expand_paths(
                 f"{_key_path(path)}: {instance!r} names the environment variable "
                 f"{unset.group(0)}, which is not set; fix: set it, or give the path"
             )
+        elif schema.get("x-path") and checks is not None:
+            checks.append((_key_path(path), expanded, schema["x-path"]))
         return expanded
     if isinstance(instance, dict):
         props = schema.get("properties", {})
@@ -154,8 +159,58 @@ def _expand_paths(
         for key, value in instance.items():
             sub = props.get(key, extra if isinstance(extra, dict) else None)
             if sub is not None:
-                instance[key] = _expand_paths(value, sub, root, problems, (*path, key))
+                instance[key] = _expand_paths(value, sub, root, problems, (*path, key), checks)
     return instance
+
+
+#: What a path setting names (its schema's ``x-path``), checked at validation.
+PATH_KINDS = {
+    "out-folder": "a folder the workflow writes in (it may not exist yet)",
+    "in-folder": "an existing folder the workflow reads",
+    "text-file": "an existing UTF-8 text file",
+    "json-file": "an existing JSON file holding an object",
+}
+
+
+def path_problem(kind: str, path: Path) -> str | None:
+    """What is wrong with ``path`` as a setting of ``kind`` (:data:`PATH_KINDS`), or None.
+    Nothing is created or changed: a folder to be written is checked through its
+    nearest existing parent."""
+    if kind not in PATH_KINDS:
+        raise ValueError(f"unknown x-path kind {kind!r} in the schema")
+    if kind == "out-folder":
+        if path.exists() and not path.is_dir():
+            return "is a file, not a folder; fix: name a folder"
+        parent = next((p for p in (path, *path.parents) if p.exists()), None)
+        if parent is None or not parent.is_dir():
+            return f"cannot be created ({parent} is not a folder); fix: name a folder"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"cannot be written ({parent} is not writable); fix: name a folder of yours"
+        return None
+    if not path.exists():
+        return f"does not exist; fix: give the path of {PATH_KINDS[kind]}"
+    if kind == "in-folder":
+        if not path.is_dir():
+            return "is not a folder; fix: name the folder"
+        if not os.access(path, os.R_OK | os.X_OK):
+            return "is not readable; fix: make it readable, or name another folder"
+        return None
+    if not path.is_file():
+        return "is not a file; fix: name " + PATH_KINDS[kind].replace("an existing", "a")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:
+        return f"cannot be read ({err.strerror}); fix: make it readable"
+    except UnicodeDecodeError as err:
+        return f"is not UTF-8 text (byte {err.start}); fix: save it as UTF-8"
+    if kind == "json-file":
+        try:
+            value = json.loads(text)
+        except ValueError as err:
+            return f"is not valid JSON ({err}); fix: give a JSON file"
+        if not isinstance(value, dict):
+            return "holds no JSON object; fix: give a JSON object"
+    return None
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -272,7 +327,8 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
         raise ConfigError(f"invalid configuration:\n  - {text}")
     fill_defaults(cfg, schema, schema)
     path_problems: list[str] = []
-    _expand_paths(cfg, schema, schema, path_problems)
+    path_checks: list[tuple[str, str, str]] = []
+    _expand_paths(cfg, schema, schema, path_problems, checks=path_checks)
     if path_problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(path_problems))
     registered = studies()
@@ -284,6 +340,16 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
         results_folder(cfg)
     except ConfigError as exc:
         problems.append(str(exc))
+    # every path setting against what it names (x-path), after the studies' own checks,
+    # whose message about a key (a setting that does not apply, a folder lacking its
+    # config.json) says more than that the path is wrong
+    for key, value, kind in path_checks:
+        owner = key.rsplit(".", 1)[0]
+        if any(f"{key}:" in p or f"{key} " in p or f"{owner}:" in p for p in problems):
+            continue
+        problem = path_problem(kind, Path(value))
+        if problem:
+            problems.append(f"{key}: {value!r} {problem}")
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
     return cfg

@@ -167,8 +167,12 @@ BAD = [
 ]
 
 
-def test_random_model_from_a_written_configuration(base):
-    """A random model may be declared from its configuration alone (offline twins)."""
+def test_random_model_from_a_written_configuration(base, tmp_path, monkeypatch):
+    """A random model may be declared from its configuration alone (offline twins): a
+    configuration written in the config, or a config.json file (which must exist)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "twin").mkdir()
+    (tmp_path / "twin" / "config.json").write_text('{"model_type": "llama"}')
     base["transformers"]["models"] = {
         "twin": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32}},
         "twin_file": {"source": "random", "config_file": "twin/config.json", "seed": 2},

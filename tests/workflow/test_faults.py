@@ -318,7 +318,11 @@ rule rather than case by case:
   one pass of its own over it): every entry point (`snakemake`, `--config`,
   `specalign analyze`, the Python API, modules) validates through it before any job.
   Duplicate YAML keys are refused naming both lines (`load_yaml`), non-finite numbers
-  naming the key, paths expanded once (`_expand_paths`), `like:` cycles named once.
+  naming the key, paths expanded once (`_expand_paths`) and each checked against what
+  the schema says it names (`x-path`: a folder to write in, a folder or a UTF-8 text
+  or JSON file to read; `config.path_problem`, walked over every site by
+  `test_fuzz.py::test_every_path_setting_is_checked_for_what_it_names`), `like:`
+  cycles named once.
   Property test (row `fuzz_property`, in `tests/workflow/test_fuzz.py`):
   `test_any_value_at_any_key_is_accepted_or_refused_naming_the_key`, beside the
   schema walks (rows `fuzz_invalid`, `fuzz_snakemake_invalid`).

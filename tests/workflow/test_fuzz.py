@@ -719,3 +719,75 @@ def test_every_path_setting_expanded_once(base, schema, tmp_path, monkeypatch):
         set_at(cfg, path, "${SPECALIGN_T_UNSET}/sa-p")
         with pytest.raises(ConfigError, match=rf"{re.escape(where)}: .*SPECALIGN_T_UNSET.*not set"):
             validate_config(cfg, schema=schema)
+
+
+def test_every_path_setting_is_checked_for_what_it_names(base, schema, tmp_path, monkeypatch):
+    """Issue 29 (1): each path setting says in the schema what it names (``x-path``: a
+    folder to write in, a folder or a text or JSON file to read), and one check
+    (``config.path_problem``) refuses, at validation and naming the key and the value,
+    every value of another kind: a file for a folder, a folder for a file, a missing
+    input, text that is not UTF-8, JSON that is not an object. Walked over every site of
+    the schema, in a configuration where each applies (a local model, a random one from a
+    config.json, text prompts, a trained series on a corpus file, a data mirror)."""
+    import shutil
+
+    from test_faults_silent_or_late import minilm_dir
+
+    from specalign.config import PATH_KINDS
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("x\n")
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "prompts.txt").write_text("the cat sat on the mat\n" * 3)
+    (tmp_path / "corpus.txt").write_text(("word " * 500 + "\n\n") * 4)
+    random_dir = tmp_path / "random"
+    random_dir.mkdir()
+    shutil.copy(minilm_dir() / "config.json", random_dir / "config.json")
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(minilm_dir() / name, random_dir / name)
+    cfg0 = copy.deepcopy(base)
+    cfg0["data"] = {"mirror": "a_folder"}
+    tcfg = cfg0["transformers"]
+    tcfg["models"] |= {
+        "loc": {"source": "local", "path": str(minilm_dir())},
+        "rnd": {"source": "random", "config_file": "random/config.json", "seed": 0},
+    }
+    tcfg["prompts"] = {"kind": "text", "n_prompts": 2, "n_tokens": 4, "text_file": "prompts.txt"}
+    tcfg["series"] = {"s": {"source": "trained", "family": "gpt2", "d_model": 16,
+                            "n_layers": 2, "n_heads": 2, "d_ff": 32, "seq_len": 16,
+                            "batch_size": 4, "steps": 4, "vocab_size": 258,
+                            "corpus": {"kind": "file", "path": "corpus.txt"}}}  # fmt: skip
+    valid = validate_config(cfg0, schema=schema)
+    wrong = {
+        "out-folder": ["a_file", "a_file/below"],
+        "in-folder": ["a_file", "missing"],
+        "text-file": ["a_folder", "missing", "latin1.txt"],
+        "json-file": ["a_folder", "missing", "a_file", "list.json"],
+    }
+    path_sites = [
+        (path, sub) for path, sub, _ in sites(schema, schema, cfg0) if sub.get("format") == "path"
+    ]
+    kinds = {sub.get("x-path") for _, sub in path_sites}
+    assert None not in kinds, "a path setting that does not say what it names"
+    assert kinds == set(PATH_KINDS) == set(wrong)
+    applying = 0
+    for path, sub in path_sites:
+        where = key_text(path)
+        # the setting applies where the valid configuration gives it a value
+        applies = bool(get_at(valid, path))
+        applying += applies
+        for value in wrong[sub["x-path"]]:
+            cfg = copy.deepcopy(cfg0)
+            set_at(cfg, path, value)
+            with pytest.raises(ConfigError) as err:
+                validate_config(cfg, schema=schema)
+            message = str(err.value)
+            named = any(key_text(path[:n]) in message for n in range(len(path), 0, -1))
+            assert named and "Traceback" not in message, (where, value, message)
+            if applies:
+                assert value in message, (where, value, message)
+    # results, data.cache, data.mirror, transformers.cache, loc.path, rnd.config_file,
+    # prompts.text_file, s.corpus.path
+    assert applying == 8, applying

@@ -322,6 +322,8 @@ def like_cycle(models: Mapping[str, Any], name: str) -> list[str] | None:
 def _text_file_problem(path: Path) -> str:
     """Why ``path`` cannot be read as prompt lines ("" when it can): missing, empty (no
     line with a character other than white space), or not UTF-8 text."""
+    if path.exists() and not path.is_file():
+        return "is not a file; fix: give the path of a UTF-8 text file, one prompt per line"
     if not path.is_file():
         return (
             f"does not exist (relative paths are read from the working directory "

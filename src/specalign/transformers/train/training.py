@@ -107,7 +107,14 @@ def corpus_documents(corpus: Mapping[str, Any]) -> list[tuple[str, str]]:
         path = Path(str(corpus.get("path") or ""))
         if not str(corpus.get("path") or "") or not path.is_file():
             raise TrainingError(f"corpus.path: {str(path)!r} is not a file")
-        parts = re.split(r"\n\s*\n", path.read_text(encoding="utf-8"))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise TrainingError(
+                f"corpus.path: {str(path)!r} is not UTF-8 text (byte {err.start}); fix: "
+                "save it as UTF-8"
+            ) from None
+        parts = re.split(r"\n\s*\n", text)
         docs = [(f"paragraph {i + 1}", d) for i, d in enumerate(p for p in parts if p.strip())]
     else:
         raise TrainingError(
