@@ -2,7 +2,14 @@
 
 import json
 
-from specalign.transformers.load import checkpoint, contracts, families, limits, sources
+from specalign.transformers.load import (
+    checkpoint,
+    contracts,
+    families,
+    limits,
+    sources,
+    streaming,
+)
 from specalign.workflow import log, run_script
 
 
@@ -25,6 +32,8 @@ def main(smk):
     # quantization scheme, a layer lacking a tensor (one line naming file and tensor).
     checkpoint.check_checkpoint(model_dir, families.adapter_for(config).n_blocks)
     checkpoint.check_transformers_can_load(config, model_dir / "config.json")
+    # every tensor against the parameter it fills, the tokenizer against the vocabulary
+    streaming.check_against_model(model_dir)
     # a point of a checkpoint series (transformers.series) says which, beside its commit
     point = {k: configured[k] for k in ("series", "step") if configured.get("series")}
     contracts.write_manifest(smk.output[0], model_dir, {**info, **point, "spec": spec})

@@ -99,15 +99,20 @@ class _TorchCheckpoint(CheckpointReader):
         super().__init__(model_dir)
         self._headers: dict[Path, dict[str, dict[str, Any]]] = {}
 
-    def entry(self, key: str) -> dict[str, Any] | None:
-        """The safetensors header entry of ``key`` when it is read by plain reads."""
+    def header(self, key: str) -> dict[str, Any] | None:
+        """The safetensors header entry of ``key`` (dtype, shape, offsets); None in a
+        pickled checkpoint."""
         file = self._where[key]
         if file.suffix != ".safetensors":
             return None
         if file not in self._headers:
             self._headers[file] = checkpoint.read_header(file)
-        entry = self._headers[file][key]
-        return entry if entry["dtype"] in checkpoint.FLOAT_DTYPES else None
+        return self._headers[file][key]
+
+    def entry(self, key: str) -> dict[str, Any] | None:
+        """The safetensors header entry of ``key`` when it is read by plain reads."""
+        entry = self.header(key)
+        return entry if entry is not None and entry["dtype"] in checkpoint.FLOAT_DTYPES else None
 
     def tensor(self, key: str) -> Any:
         return self.rows(key)
@@ -622,6 +627,43 @@ def streamed_model(
     check_units_fit(stream, torch.empty((), dtype=dtype).element_size(), limit, str(model_dir))
     model.specalign_stream = stream
     return model
+
+
+def check_against_model(model_dir: str | os.PathLike[str]) -> None:
+    """A checkpoint checked against its model when it arrives (fetch_model): every
+    parameter of the family's model, built on the meta device from config.json, has its
+    tensor in the checkpoint (:class:`LayerStream` resolves each key) with that
+    parameter's shape (from the safetensors headers; no weight is read), and the
+    tokenizer's ids fit the input embedding's rows. InputFileError naming the file, the
+    tensor and both shapes, or the tokenizer and both sizes: a checkpoint that does not
+    fit its configuration would otherwise fail, or be misread, in a later job."""
+    from specalign.transformers.load.hf import load_tokenizer
+
+    model_dir = Path(model_dir)
+    model = streamed_model(model_dir, "base", mem_limit=1 << 62)  # no memory refusal here
+    stream = model.specalign_stream
+    try:
+        for name, key in stream.keys.items():
+            header = stream.ckpt.header(key)
+            if header is None:
+                continue  # a pickled checkpoint's shapes are read with its tensors
+            stored = tuple(header["shape"])
+            if stored != stream.shapes[name]:
+                raise InputFileError(
+                    f"{stream.ckpt.file_of(key)}: tensor {key!r} has shape {stored}, but "
+                    f"the model that config.json describes has {stream.shapes[name]} for "
+                    f"{name}; fix: the checkpoint and config.json of one model"
+                )
+        embedding = f"{stream.embedding_path}.weight" if stream.embedding_path else None
+        rows = stream.shapes[embedding][0] if embedding in stream.shapes else None
+    finally:
+        close_stream(model)
+    tokenizer = load_tokenizer(model_dir)
+    if tokenizer is not None and rows is not None and len(tokenizer) > rows:
+        raise InputFileError(
+            f"{model_dir}: the tokenizer has {len(tokenizer)} ids, but the input embedding "
+            f"only {rows} rows (vocab_size); fix: the tokenizer of this checkpoint"
+        )
 
 
 def output_head_stored(model_dir: str | os.PathLike[str]) -> bool:
