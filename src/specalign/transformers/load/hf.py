@@ -91,6 +91,20 @@ def prompt_lines(path: str | os.PathLike[str]) -> list[str]:
         return f.read().split("\n")
 
 
+def check_checkpoint_fits(model_dir: str | Path) -> None:
+    """fetch_model's check of a checkpoint against its model: every tensor's shape
+    (:func:`specalign.transformers.load.streaming.check_against_model`), and the
+    tokenizer's ids against the input embedding's rows: a tokenizer with more ids than
+    the table has rows would index past it. InputFileError naming both sizes."""
+    rows = streaming.check_against_model(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    if tokenizer is not None and rows is not None and len(tokenizer) > rows:
+        raise InputFileError(
+            f"{model_dir}: the tokenizer has {len(tokenizer)} ids, but the input embedding "
+            f"only {rows} rows (vocab_size); fix: the tokenizer of this checkpoint"
+        )
+
+
 def load_tokenizer(model_dir: str | Path) -> Any | None:
     """The model's tokenizer from its folder, or None when the folder has none.
 

@@ -629,16 +629,15 @@ def streamed_model(
     return model
 
 
-def check_against_model(model_dir: str | os.PathLike[str]) -> None:
+def check_against_model(model_dir: str | os.PathLike[str]) -> int | None:
     """A checkpoint checked against its model when it arrives (fetch_model): every
     parameter of the family's model, built on the meta device from config.json, has its
     tensor in the checkpoint (:class:`LayerStream` resolves each key) with that
-    parameter's shape (from the safetensors headers; no weight is read), and the
-    tokenizer's ids fit the input embedding's rows. InputFileError naming the file, the
-    tensor and both shapes, or the tokenizer and both sizes: a checkpoint that does not
-    fit its configuration would otherwise fail, or be misread, in a later job."""
-    from specalign.transformers.load.hf import load_tokenizer
-
+    parameter's shape (from the safetensors headers; no weight is read). InputFileError
+    naming the file, the tensor and both shapes: a checkpoint that does not fit its
+    configuration would otherwise fail, or be misread, in a later job. Returns the input
+    embedding's rows (None without one), which the tokenizer's ids must fit
+    (:func:`specalign.transformers.load.hf.check_checkpoint_fits`)."""
     model_dir = Path(model_dir)
     model = streamed_model(model_dir, "base", mem_limit=1 << 62)  # no memory refusal here
     stream = model.specalign_stream
@@ -655,15 +654,9 @@ def check_against_model(model_dir: str | os.PathLike[str]) -> None:
                     f"{name}; fix: the checkpoint and config.json of one model"
                 )
         embedding = f"{stream.embedding_path}.weight" if stream.embedding_path else None
-        rows = stream.shapes[embedding][0] if embedding in stream.shapes else None
+        return stream.shapes[embedding][0] if embedding in stream.shapes else None
     finally:
         close_stream(model)
-    tokenizer = load_tokenizer(model_dir)
-    if tokenizer is not None and rows is not None and len(tokenizer) > rows:
-        raise InputFileError(
-            f"{model_dir}: the tokenizer has {len(tokenizer)} ids, but the input embedding "
-            f"only {rows} rows (vocab_size); fix: the tokenizer of this checkpoint"
-        )
 
 
 def output_head_stored(model_dir: str | os.PathLike[str]) -> bool:
