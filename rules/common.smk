@@ -18,7 +18,7 @@ from specalign.config import (
     validate_config,
 )
 from specalign.contents import file_digest
-from specalign.fingerprint import script_fingerprint
+from specalign.fingerprint import script_fingerprints
 from specalign.output import CAPTION_SUFFIX, TABLE_FORMATS
 from specalign.transformers.load.sources import SPEC_KINDS
 from specalign.transformers.report.figures import MODEL_FIGURES, OVERVIEW_FIGURES
@@ -193,9 +193,10 @@ def fingerprint_scripts(rules):
     Snakemake tracks neither, so without it an edited kernel would not rerun the jobs
     that use it; the module set is read from the imports, never listed by hand.
     """
-    for each in rules:
-        if each.script:
-            each.set_params(code=script_fingerprint(RULES_DIR / each.script))
+    scripts = [each for each in rules if each.script]
+    codes = script_fingerprints(str(RULES_DIR / each.script) for each in scripts)
+    for each in scripts:
+        each.set_params(code=codes[str(RULES_DIR / each.script)])
 
 
 def exp_cfg(wildcards):

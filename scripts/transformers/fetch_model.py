@@ -6,7 +6,6 @@ from specalign.transformers.load import (
     checkpoint,
     contracts,
     families,
-    hf,
     limits,
     sources,
 )
@@ -32,8 +31,7 @@ def main(smk):
     # quantization scheme, a layer lacking a tensor (one line naming file and tensor).
     checkpoint.check_checkpoint(model_dir, families.adapter_for(config).n_blocks)
     checkpoint.check_transformers_can_load(config, model_dir / "config.json")
-    # every tensor against the parameter it fills, the tokenizer against the vocabulary
-    hf.check_checkpoint_fits(model_dir)
+    # (every tensor against the parameter it fills: extract_weights, the first reader)
     # a point of a checkpoint series (transformers.series) says which, beside its commit
     point = {k: configured[k] for k in ("series", "step") if configured.get("series")}
     contracts.write_manifest(smk.output[0], model_dir, {**info, **point, "spec": spec})

@@ -31,6 +31,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import sys
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
@@ -289,3 +291,33 @@ def _normalized_file(path: Path, module: str | None, root: Path) -> tuple[str, t
         raise FingerprintError(f"cannot read {path}: {exc}") from exc
     except SyntaxError as exc:
         raise FingerprintError(f"cannot parse {path}: {exc}") from exc
+
+
+def script_fingerprints(scripts: Iterable[str | Path], root: Path = PACKAGE_DIR) -> dict[str, str]:
+    """:func:`script_fingerprint` of each of ``scripts`` (keyed by the path as given),
+    kept on disk (:mod:`specalign.kept`) under the content of every file they can depend on.
+
+    Every ``snakemake`` call, dry runs included, needs the fingerprints of all rule
+    scripts; parsing the package for them costs about a second a call. The key is the
+    bytes of the scripts and of every ``.py`` file of the package (with its path inside
+    the package, and the Python version, whose syntax trees the hash is made of), so any
+    edit anywhere in the package is a new key: reading the files is all a kept answer
+    costs, and no answer outlives the code it was computed from.
+    """
+    from specalign.kept import kept
+
+    scripts = [str(s) for s in scripts]
+    digest = hashlib.sha256(f"python {sys.version_info[:2]}\n".encode())
+    try:
+        for script in scripts:
+            digest.update(f"script {script}\n".encode() + Path(script).read_bytes())
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"\nmodule {path.relative_to(root).as_posix()}\n".encode())
+            digest.update(path.read_bytes())
+    except OSError as exc:
+        raise FingerprintError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    return kept(
+        "fingerprints",
+        f"root {root.name}\n{digest.hexdigest()}",
+        lambda: {script: script_fingerprint(script, root) for script in scripts},
+    )

@@ -120,11 +120,12 @@ def heap_set_aside() -> Iterator[None]:
     scan them all: seconds of a small model's job, whatever its size. The objects alive
     at the start are set aside once (``gc.freeze``, after one collection, so that no
     garbage is set aside) and given back to the collector when the outermost block ends,
-    however it ends; what is made and dropped inside is collected as before. Nested
-    blocks keep the outermost one's set-aside."""
-    if _SET_ASIDE[0] == 0:
-        gc.collect()
-        gc.freeze()
+    however it ends; what is made and dropped inside is collected as before. A nested
+    block sets aside what was made since (a streamed model built inside a decorated
+    function: its modules' objects too), and everything goes back when the outermost
+    block ends."""
+    gc.collect()  # inside a block, scans only what is not yet set aside
+    gc.freeze()
     _SET_ASIDE[0] += 1
     try:
         yield

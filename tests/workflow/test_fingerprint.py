@@ -26,6 +26,7 @@ from specalign.fingerprint import (
     imported_names,
     module_closure,
     script_fingerprint,
+    script_fingerprints,
 )
 
 
@@ -123,6 +124,38 @@ def test_fingerprint_changes_with_every_reached_file(tmp_path, edited, changes):
     path = pkg / edited
     path.write_text(path.read_text() + "EDITED = 1\n")
     assert (script_fingerprint(script, pkg) != before) is changes
+
+
+def test_kept_fingerprints_are_the_computed_ones_and_follow_every_edit(tmp_path, monkeypatch):
+    """Every snakemake call reads the rule scripts' fingerprints from the kept folder
+    (specalign.kept): what it reads is what computing gives, and an edit of any file of
+    the package (even one no script reaches, or a comment: the key is the bytes) or of a
+    script is a new key, never an old answer."""
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path / "kept"))
+    pkg = _fake_package(tmp_path)
+    script = tmp_path / "script.py"
+
+    def computed() -> dict[str, str]:
+        return {str(script): script_fingerprint(script, pkg)}
+
+    first = computed()
+    assert script_fingerprints([script], pkg) == first
+    assert len(list((tmp_path / "kept" / "fingerprints").iterdir())) == 1
+
+    def not_again(*_args):
+        raise AssertionError("computed again although kept")
+
+    # kept: a second call computes nothing
+    with monkeypatch.context() as patched:
+        patched.setattr("specalign.fingerprint.script_fingerprint", not_again)
+        assert script_fingerprints([script], pkg) == first
+    for edited in ("c.py", "unused.py", "sub/b.py"):
+        path = pkg / edited
+        path.write_text(path.read_text() + "EDITED = 1\n")
+        assert script_fingerprints([script], pkg) == computed(), edited
+    script.write_text(script.read_text() + "\nEDITED = 2\n")
+    assert script_fingerprints([script], pkg) == computed()
+    assert len(list((tmp_path / "kept" / "fingerprints").iterdir())) == 5
 
 
 @pytest.mark.parametrize(

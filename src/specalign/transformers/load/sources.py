@@ -95,6 +95,16 @@ SOURCES: dict[str, SourceKind] = {
 SPEC_KINDS = tuple(kind for kind, source in SOURCES.items() if source.fetched)
 
 
+def made_by_workflow(manifest: Mapping[str, Any]) -> bool:
+    """Whether the model a manifest records was written by the workflow (a random twin,
+    a trained point) rather than fetched from outside it (:data:`SPEC_KINDS`), from the
+    kind its ``source`` names (``hub:...``, ``random:...``, ``trained``)."""
+    kind = str(manifest.get("source", "")).partition(":")[0]
+    if kind not in SOURCES:
+        raise ValueError(f"manifest source {manifest.get('source')!r}: no source of that kind")
+    return not SOURCES[kind].fetched
+
+
 class ModelSourceError(InputFileError):
     """A model spec cannot be turned into a complete model folder."""
 

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from specalign.io import InputFileError
-from specalign.runtime import HEAP_CEILING, set_mmap_threshold
+from specalign.runtime import HEAP_CEILING, heap_set_aside, set_mmap_threshold
 from specalign.transformers.load import checkpoint
 from specalign.transformers.load.extract import CheckpointReader, find_prefix, read_config
 from specalign.transformers.load.families import FamilyAdapter, adapter_for
@@ -296,6 +296,10 @@ class LayerStream:
         self.padding_idx = (
             model.get_submodule(self.embedding_path).padding_idx if self.embedding_path else None
         )
+        # every unit is freed with a full collection (release): the model's objects,
+        # made, are set aside from then on, until close
+        self._set_aside = contextlib.ExitStack()
+        self._set_aside.enter_context(heap_set_aside())
         self._hooks = [
             model.get_submodule(path).register_forward_pre_hook(
                 lambda m, a, path=path: self._enter(path, m)
@@ -555,6 +559,7 @@ class LayerStream:
         if self.head_path is not None:
             self.model.get_submodule(self.head_path).__dict__.pop("forward", None)
         self.ckpt.close()
+        self._set_aside.close()
         # the float64 work that follows reuses its heap blocks again: glibc's threshold
         # as it stands after a model's large frees (mapping every temporary anew page-
         # faults each of its pages in)
