@@ -12,7 +12,7 @@ def main(smk):
         # here, before anything reads it: each tensor against the parameter it fills, the
         # tokenizer's ids against the vocabulary. (fetch_model, which would otherwise
         # import torch and transformers for it alone, stays a second's job.)
-        hf.check_checkpoint_fits(manifest["path"])
+        hf.check_checkpoint_fits(manifest["path"], manifest.get("content"))
     # streamed block by block into the file: peak memory of the order of one layer
     mw = extract.extract_to_h5(
         manifest["path"],

@@ -376,7 +376,7 @@ def test_a_manifest_is_read_only_with_the_folder_it_recorded(tmp_path, monkeypat
 
 
 def test_a_checkpoint_is_checked_against_its_model_when_it_arrives(tmp_path):
-    """fetch_model's check (hf.check_checkpoint_fits): every tensor has the shape
+    """extract_weights' check (hf.check_checkpoint_fits): every tensor has the shape
     of the parameter it fills in the model config.json describes, and the tokenizer's
     ids fit the embedding's rows; otherwise one line naming the file, the tensor and
     both shapes, or the tokenizer and both sizes. No weight is read."""
@@ -401,3 +401,40 @@ def test_a_checkpoint_is_checked_against_its_model_when_it_arrives(tmp_path):
         shutil.copy(file, small / file.name)
     with pytest.raises(InputFileError, match=rf"tokenizer has 30522 ids, but .* only {rows} rows"):
         check_checkpoint_fits(small)
+
+
+def test_a_passed_arrival_check_is_kept_by_content_and_a_failed_one_never(
+    tmp_path, monkeypatch
+):
+    """hf.check_checkpoint_fits with the folder's recorded content digest: a pass is kept
+    under that digest (the same folder, elsewhere, is not checked again), a folder of
+    other content is checked, and a failure is raised every time, never kept."""
+    from specalign.transformers.load import hf, streaming
+    from specalign.transformers.load.checkpoint import model_digest
+
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path / "kept"))
+    good = save_tiny("bert", tmp_path / "m", seed=0)
+    other = save_tiny("bert", tmp_path / "o", seed=1)
+    calls = []
+    real = streaming.check_against_model
+
+    def counted(model_dir):
+        calls.append(Path(model_dir).name)
+        return real(model_dir)
+
+    monkeypatch.setattr(streaming, "check_against_model", counted)
+    hf.check_checkpoint_fits(good, model_digest(good))
+    copy = shutil.copytree(good, tmp_path / "copy")
+    hf.check_checkpoint_fits(copy, model_digest(copy))  # the same content: kept
+    assert calls == ["m"]
+    hf.check_checkpoint_fits(other, model_digest(other))
+    assert calls == ["m", "o"]
+    weights = other / "model.safetensors"
+    tensors = load_file(weights)
+    key = next(k for k in tensors if k.endswith("attention.self.query.weight"))
+    tensors[key] = tensors[key][:, :16].contiguous()
+    save_file(tensors, weights, metadata={"format": "pt"})
+    for _ in range(2):
+        with pytest.raises(InputFileError, match="has shape"):
+            hf.check_checkpoint_fits(other, model_digest(other))
+    assert calls == ["m", "o", "o", "o"]

@@ -91,11 +91,39 @@ def prompt_lines(path: str | os.PathLike[str]) -> list[str]:
         return f.read().split("\n")
 
 
-def check_checkpoint_fits(model_dir: str | Path) -> None:
-    """fetch_model's check of a checkpoint against its model: every tensor's shape
+def check_checkpoint_fits(model_dir: str | Path, content: str | None = None) -> None:
+    """The check of a checkpoint from outside the workflow against its model, before
+    anything reads it (extract_weights): every tensor's shape
     (:func:`specalign.transformers.load.streaming.check_against_model`), and the
     tokenizer's ids against the input embedding's rows: a tokenizer with more ids than
-    the table has rows would index past it. InputFileError naming both sizes."""
+    the table has rows would index past it. InputFileError naming both sizes.
+
+    With ``content``, the folder's digest as its manifest records it (and
+    :func:`~specalign.transformers.load.contracts.read_manifest` verified), a check that
+    passed is kept (:mod:`specalign.kept`) under that digest, the versions of the
+    libraries that build the model and the code of this check: the same folder checked
+    again (another working directory, a rerun after an unrelated edit) costs no import of
+    torch and transformers. A failed check is never kept."""
+    if content is None:
+        _check_fits(model_dir)
+        return
+    from importlib.metadata import version
+
+    from specalign.fingerprint import script_fingerprints
+    from specalign.kept import kept
+
+    libraries = " ".join(f"{n} {version(n)}" for n in ("torch", "transformers", "tokenizers"))
+    code = script_fingerprints([Path(__file__)])[str(Path(__file__))]
+    key = f"content {content}\n{libraries}\ncode {code}"
+
+    def check() -> dict[str, bool]:
+        _check_fits(model_dir)  # raises when it does not fit: nothing kept
+        return {"fits": True}
+
+    kept("checkpoint-fits", key, check)
+
+
+def _check_fits(model_dir: str | Path) -> None:
     rows = streaming.check_against_model(model_dir)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is not None and rows is not None and len(tokenizer) > rows:
