@@ -635,14 +635,14 @@ def streamed_model(
 
 
 def check_against_model(model_dir: str | os.PathLike[str]) -> int | None:
-    """A checkpoint checked against its model when it arrives (fetch_model): every
-    parameter of the family's model, built on the meta device from config.json, has its
-    tensor in the checkpoint (:class:`LayerStream` resolves each key) with that
-    parameter's shape (from the safetensors headers; no weight is read). InputFileError
-    naming the file, the tensor and both shapes: a checkpoint that does not fit its
-    configuration would otherwise fail, or be misread, in a later job. Returns the input
-    embedding's rows (None without one), which the tokenizer's ids must fit
-    (:func:`specalign.transformers.load.hf.check_checkpoint_fits`)."""
+    """A checkpoint checked against its model when it arrives (extract_weights, the
+    first job that reads it): every parameter of the family's model, built on the meta
+    device from config.json, has its tensor in the checkpoint (:class:`LayerStream`
+    resolves each key) with that parameter's shape (from the safetensors headers; no
+    weight is read). InputFileError naming the file, the tensor and both shapes: a
+    checkpoint that does not fit its configuration would otherwise fail, or be misread,
+    in a later job. Returns the input embedding's rows (None without one), which the
+    tokenizer's ids must fit (:func:`specalign.transformers.load.hf.check_checkpoint_fits`)."""
     model_dir = Path(model_dir)
     model = streamed_model(model_dir, "base", mem_limit=1 << 62)  # no memory refusal here
     stream = model.specalign_stream
