@@ -70,7 +70,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker: the tests of a shared run (:data:`SHARED_RUNS`) together, else those of one
     module together, so that each run and each module-scoped fixture is made once. The
     groups that make runs go first: a long group started last would leave a worker idle
-    at the end."""
+    at the end. Of those, the SLURM group goes first of all: its 2-3 minutes are mostly
+    waits between the plugin's status checks, which must overlap the other worker's
+    work, not follow it (last, they were the suite's final 2 minutes on one worker)."""
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         used = [f for f in SHARED_RUNS if f in item.fixturenames]
@@ -80,6 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # a group stays in one piece, in its order: its module fixtures are made once
     heavy = [g for g, members in groups.items() if any(_costly(i) for i in members)]
     light = [g for g in groups if g not in heavy]
+    heavy.sort(key=lambda g: not any(i.get_closest_marker("slurm") for i in groups[g]))
     items[:] = [item for g in heavy + light for item in groups[g]]
 
 
