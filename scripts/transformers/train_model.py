@@ -8,7 +8,7 @@ import numpy as np
 
 from specalign import io
 from specalign.runtime import torch_device
-from specalign.transformers.load.checkpoint import model_digest
+from specalign.transformers.load.sources import trained_record
 from specalign.transformers.train import training
 from specalign.workflow import log, run_script
 
@@ -53,17 +53,8 @@ def main(smk):
     ds = training.history_dataset(result, smk.wildcards.series, run)
     io.write_netcdf(smk.output.run, ds)
     # what each point's manifest is made from: read back by trained_checkpoint
-    written = [s for s in training.checkpoint_steps(run["steps"]) if (out / f"step{s}").is_dir()]
-    io.write_json(
-        smk.output.checkpoints,
-        {
-            "series": smk.wildcards.series,
-            "checkpoints": {
-                str(s): {"folder": f"step{s}", "content": model_digest(out / f"step{s}")}
-                for s in written
-            },
-        },
-    )
+    record = trained_record(out, smk.wildcards.series, training.checkpoint_steps(run["steps"]))
+    io.write_json(smk.output.checkpoints, record)
 
 
 run_script(snakemake, main)  # noqa: F821

@@ -454,3 +454,46 @@ def test_only_checkpoints_from_outside_the_workflow_are_checked_on_arrival():
     for manifest in ({"source": "ftp:host/m"}, {}):
         with pytest.raises(ValueError, match="no source of that kind"):
             made_by_workflow(manifest)
+
+
+def test_a_trained_point_is_read_only_as_its_run_wrote_it(tmp_path):
+    """A series point (rule trained_checkpoint) is the step folder its training run
+    recorded in checkpoints.json by content: a folder changed since, one the record
+    lacks or that is gone, and a step at or past the divergence are each refused in one
+    line naming what is wrong; a folder as written is returned."""
+    from specalign.transformers.load.sources import (
+        ModelSourceError,
+        trained_checkpoint,
+        trained_record,
+    )
+
+    out = tmp_path / "series.checkpoints"
+    for step in (0, 4):
+        save_tiny("bert", out / f"step{step}", seed=step)
+    record = trained_record(out, "s", [0, 4, 8])  # step 8 was never written
+    assert set(record["checkpoints"]) == {"0", "4"}
+    assert record["checkpoints"]["4"] == {
+        "folder": "step4",
+        "content": checkpoint.model_digest(out / "step4"),
+    }
+    path = out / "checkpoints.json"
+    path.write_text(json.dumps(record))
+
+    assert trained_checkpoint(path, "s", 4) == out / "step4"
+    assert trained_checkpoint(path, "s", 0, diverged=4) == out / "step0"
+    with pytest.raises(ModelSourceError, match=r"diverged at step 4 .* step 4 was not written"):
+        trained_checkpoint(path, "s", 4, diverged=4)
+    with pytest.raises(ModelSourceError, match=r"series 's': checkpoint .*step8 is missing"):
+        trained_checkpoint(path, "s", 8)
+    # the other point's weights put in its place: the bytes are a checkpoint, not this one
+    weights = out / "step4" / "model.safetensors"
+    shutil.copy2(out / "step0" / "model.safetensors", weights)
+    with pytest.raises(ModelSourceError) as err:
+        trained_checkpoint(path, "s", 4)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{out / 'step4'}: not the checkpoint the training run wrote")
+    assert f"{path} records {record['checkpoints']['4']['content']}" in message
+    shutil.rmtree(out / "step0")
+    with pytest.raises(ModelSourceError, match=r"checkpoint .*step0 is missing"):
+        trained_checkpoint(path, "s", 0)

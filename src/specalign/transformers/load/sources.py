@@ -33,7 +33,7 @@ import os
 import re
 import shutil
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from typing import Any
 from specalign import io
 from specalign.io import OWNER_MARKER, InputFileError, is_owned, mark_owned
 from specalign.runtime import check_snakemake_alive
-from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS, tokenizer_files
+from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS, model_digest, tokenizer_files
 
 HUB_ALLOW_PATTERNS = [
     "*.safetensors",
@@ -218,6 +218,50 @@ def resolve_model_dir(spec: Mapping[str, Any], cache_dir: str | Path | None = No
             "converting and `source: local`), or, if a download was interrupted offline, "
             "rerun fetch_model with network access"
         ) from exc
+
+
+def trained_record(out_dir: str | Path, series: str, steps: Sequence[int]) -> dict[str, Any]:
+    """The record of a training run's checkpoints (``checkpoints.json``): for each of
+    ``steps`` whose ``step{N}`` folder the run wrote in ``out_dir``, the folder and its
+    content digest (:func:`~specalign.transformers.load.checkpoint.model_digest`), which
+    :func:`trained_checkpoint` holds every later read to."""
+    out_dir = Path(out_dir)
+    written = [s for s in steps if (out_dir / f"step{s}").is_dir()]
+    return {
+        "series": series,
+        "checkpoints": {
+            str(s): {"folder": f"step{s}", "content": model_digest(out_dir / f"step{s}")}
+            for s in written
+        },
+    }
+
+
+def trained_checkpoint(record_path: str | Path, series: str, step: int, diverged: int = -1) -> Path:
+    """The folder of point ``step`` of a trained series, as its run's record
+    (:func:`trained_record`) names it. ModelSourceError, one line: a step at or past the
+    run's divergence (``diverged`` >= 0; no checkpoint was written there), a checkpoint
+    the record lacks or whose folder is gone, and a folder whose content is not what the
+    run wrote (a result is taken only from the checkpoint it names)."""
+    record_path = Path(record_path)
+    if diverged >= 0 and step >= diverged:
+        raise ModelSourceError(
+            f"series {series!r} diverged at step {diverged} (loss not finite; run.nc): "
+            f"checkpoint step {step} was not written and is not used; fix: a smaller lr or "
+            "more warm-up, or points below the divergence"
+        )
+    record = json.loads(record_path.read_text())
+    folder = record_path.parent / f"step{step}"
+    written = record["checkpoints"].get(str(step))
+    if written is None or not (folder / "config.json").is_file():
+        raise ModelSourceError(f"series {series!r}: checkpoint {folder} is missing")
+    found = model_digest(folder)
+    if found != written["content"]:
+        raise ModelSourceError(
+            f"{folder}: not the checkpoint the training run wrote (content {found}, "
+            f"{record_path} records {written['content']}); fix: rerun train_model "
+            f"(snakemake --forcerun train_model)"
+        )
+    return folder
 
 
 def _package_model_path(package: str) -> Path:
