@@ -275,14 +275,15 @@ def track_inputs_by_content(workflow):
     rules' outputs, never listed per rule; the workflow's own files are tracked by time
     and checked by their readers (specalign.transformers.lineage). A function of the
     wildcards only: Snakemake records no parameter computed from ``input``."""
+    # called after the last rule is defined: which rules make files is known once
+    made = [r for r in workflow.rules if r.output]
     for each in workflow.rules:
-        each.set_params(inputs=_content_of_inputs(each, workflow))
+        each.set_params(inputs=_content_of_inputs(each, made))
 
 
-def _content_of_inputs(each_rule, workflow):
+def _content_of_inputs(each_rule, made):
     def content(wildcards):
         files = each_rule.expand_input(wildcards)[0]
-        made = [r for r in workflow.rules if r.output]
         return canonical_json(
             {
                 str(f): file_digest(f)
