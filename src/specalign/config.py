@@ -188,7 +188,8 @@ def path_problem(kind: str, path: Path) -> str | None:
             return f"cannot be written ({parent} is not writable); fix: name a folder of yours"
         return None
     if not path.exists():
-        return f"does not exist; fix: give the path of {PATH_KINDS[kind]}"
+        where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()})"
+        return f"does not exist{where}; fix: give the path of {PATH_KINDS[kind]}"
     if kind == "in-folder":
         if not path.is_dir():
             return "is not a folder; fix: name the folder"
@@ -202,7 +203,7 @@ def path_problem(kind: str, path: Path) -> str | None:
     except OSError as err:
         return f"cannot be read ({err.strerror}); fix: make it readable"
     except UnicodeDecodeError as err:
-        return f"is not UTF-8 text (byte {err.start}); fix: save it as UTF-8"
+        return f"is not readable UTF-8 text (byte {err.start}); fix: save it as UTF-8"
     if kind == "json-file":
         try:
             value = json.loads(text)

@@ -295,8 +295,16 @@ def test_bad_corpora(tmp_path):
     empty.write_text("\n\n  \n")
     with pytest.raises(training.TrainingError, match="empty"):
         training.load_corpus({"kind": "file", "path": str(empty)})
-    with pytest.raises(training.TrainingError, match="corpus.path"):
+    with pytest.raises(training.TrainingError, match="corpus.path: .* does not exist"):
         training.load_corpus({"kind": "file", "path": str(tmp_path / "missing.txt")})
+    # the job reads the corpus through the check every text-file setting passes at
+    # validation (specalign.config.path_problem): the same words in both places
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(training.TrainingError, match=r"is not readable UTF-8 text \(byte 3\)"):
+        training.load_corpus({"kind": "file", "path": str(latin1)})
+    with pytest.raises(training.TrainingError, match="corpus.path: .* is not a file"):
+        training.load_corpus({"kind": "file", "path": str(tmp_path)})
     corpus = _cycle_corpus(tmp_path / "cycle.txt")
     docs = training.load_corpus({"kind": "file", "path": str(corpus)})
     with pytest.raises(training.TrainingError, match="vocab_size"):

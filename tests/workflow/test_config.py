@@ -241,7 +241,7 @@ def test_series_points_are_derived_models(base):
     [
         (
             dict(source="trained", corpus={"kind": "file", "path": "/no/such/file"}),
-            r"transformers\.series\.s\.corpus\.path: .* is not a file",
+            r"transformers\.series\.s\.corpus\.path: .* does not exist",
         ),
         (
             dict(source="trained", vocab_size=10**6),

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specalign.config import fill_defaults
+from specalign.config import fill_defaults, path_problem
 from specalign.kept import kept
 from specalign.transformers.load.limits import model_config_problems
 from specalign.transformers.load.sources import SOURCES, hub_id_problem
@@ -138,10 +138,11 @@ def _series_problems(tcfg: Mapping[str, Any]) -> list[str]:
         corpus = spec["corpus"]
         if corpus["kind"] == "file":
             path = Path(str(corpus.get("path") or ""))
-            if not corpus.get("path") or not path.is_file():
-                problems.append(f"{key}.corpus.path: {str(corpus.get('path'))!r} is not a file")
+            problem = path_problem("text-file", path) if corpus.get("path") else "is not given"
+            if problem:
+                problems.append(f"{key}.corpus.path: {str(corpus.get('path'))!r} {problem}")
                 continue
-            if not path.read_text(encoding="utf-8", errors="replace").strip():
+            if not path.read_text(encoding="utf-8").strip():
                 problems.append(f"{key}.corpus.path: {str(path)!r} is empty")
                 continue
         try:
@@ -320,21 +321,13 @@ def like_cycle(models: Mapping[str, Any], name: str) -> list[str] | None:
 
 
 def _text_file_problem(path: Path) -> str:
-    """Why ``path`` cannot be read as prompt lines ("" when it can): missing, empty (no
-    line with a character other than white space), or not UTF-8 text."""
-    if path.exists() and not path.is_file():
-        return "is not a file; fix: give the path of a UTF-8 text file, one prompt per line"
-    if not path.is_file():
-        return (
-            f"does not exist (relative paths are read from the working directory "
-            f"{Path.cwd()}); fix: give the path of a UTF-8 text file, one prompt per line"
-        )
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"is not readable UTF-8 text ({exc}); fix: a UTF-8 text file, one prompt per line"
-    except OSError as exc:
-        return f"cannot be read ({exc})"
+    """Why ``path`` cannot be read as prompt lines ("" when it can): what any text-file
+    setting is checked for (:func:`specalign.config.path_problem`), then a prompt file's
+    own rules: no NUL bytes, and a line with a character other than white space."""
+    problem = path_problem("text-file", path)
+    if problem:
+        return problem
+    text = path.read_text(encoding="utf-8")
     if "\x00" in text:
         return "is not readable UTF-8 text (NUL bytes); fix: a text file, one prompt per line"
     if not text.strip():

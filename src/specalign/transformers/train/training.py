@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from specalign.config import path_problem
 from specalign.io import OWNER_MARKER, is_owned, mark_owned, new_partial, swap_folder
 
 #: Families that can be trained, with their objective.
@@ -105,15 +106,10 @@ def corpus_documents(corpus: Mapping[str, Any]) -> list[tuple[str, str]]:
             raise TrainingError(str(exc)) from None
     elif kind == "file":
         path = Path(str(corpus.get("path") or ""))
-        if not str(corpus.get("path") or "") or not path.is_file():
-            raise TrainingError(f"corpus.path: {str(path)!r} is not a file")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise TrainingError(
-                f"corpus.path: {str(path)!r} is not UTF-8 text (byte {err.start}); fix: "
-                "save it as UTF-8"
-            ) from None
+        problem = path_problem("text-file", path) if corpus.get("path") else "is not given"
+        if problem:
+            raise TrainingError(f"corpus.path: {str(path)!r} {problem}")
+        text = path.read_text(encoding="utf-8")
         parts = re.split(r"\n\s*\n", text)
         docs = [(f"paragraph {i + 1}", d) for i, d in enumerate(p for p in parts if p.strip())]
     else:
