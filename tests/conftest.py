@@ -66,7 +66,7 @@ SHARED_RUNS = ("finished_run", "gpt2_run", "gpt2_report")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``pytest -n 2`` (``--dist loadgroup``, pyproject.toml) a group runs on one
+    """Under ``pytest -n N`` (``--dist loadgroup``, pyproject.toml) a group runs on one
     worker: the tests of a shared run (:data:`SHARED_RUNS`) together, else those of one
     module together, so that each run and each module-scoped fixture is made once. The
     groups that make runs go first: a long group started last would leave a worker idle
