@@ -275,7 +275,7 @@ def track_inputs_by_content(workflow):
     rules' outputs, never listed per rule; the workflow's own files are tracked by time
     and checked by their readers (specalign.transformers.lineage). A function of the
     wildcards only: Snakemake records no parameter computed from ``input``."""
-    # called after the last rule is defined: which rules make files is known once
+    # called once every rule exists, so which rules make files is known once
     made = [r for r in workflow.rules if r.output]
     for each in workflow.rules:
         each.set_params(inputs=_content_of_inputs(each, made))
