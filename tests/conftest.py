@@ -44,6 +44,23 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_set_aside():
+    """A test that leaves objects set aside from the garbage collector
+    (``runtime.heap_set_aside`` never ended: a model's stream not closed, as a refused
+    model's once was) fails itself, rather than a later test on the same worker that
+    counts on the collector."""
+    import gc
+
+    before = gc.get_freeze_count()
+    yield
+    if before == 0 and gc.get_freeze_count():
+        pytest.fail(
+            f"{gc.get_freeze_count()} objects left set aside from the garbage collector "
+            "(runtime.heap_set_aside not ended: a stream not closed?)"
+        )
+
+
 @pytest.fixture(scope="session")
 def uci_data(tmp_path_factory) -> Path:
     """A folder laid out as a `data: mirror:` folder: the two UCI workbooks shipped with the

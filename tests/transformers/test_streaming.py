@@ -13,6 +13,7 @@ largest unit exceeds the memory limit is refused naming the sizes.
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import math
 from collections import Counter
@@ -446,9 +447,13 @@ def test_a_layer_over_the_memory_limit_is_refused(tmp_models: Path) -> None:
     layer = 4 * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d)  # float32 bytes of one layer
     embed = 4 * config["vocab_size"] * d
     assert layer > embed  # the largest unit is a layer
+    frozen = gc.get_freeze_count()
     with pytest.raises(streaming.LayerTooLargeError, match=r"'layers\.0'.*GiB.*limit"):
         streaming.streamed_model(folder, "base", mem_limit=layer - 1)
+    # the refused model's stream was closed: nothing of it is left set aside
+    assert gc.get_freeze_count() == frozen
     streaming.close_stream(streaming.streamed_model(folder, "base", mem_limit=layer))
+    assert gc.get_freeze_count() == frozen
 
 
 # --------------------------------------------------------------------------- the twin

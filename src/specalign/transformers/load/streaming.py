@@ -296,10 +296,6 @@ class LayerStream:
         self.padding_idx = (
             model.get_submodule(self.embedding_path).padding_idx if self.embedding_path else None
         )
-        # every unit is freed with a full collection (release): the model's objects,
-        # made, are set aside from then on, until close
-        self._set_aside = contextlib.ExitStack()
-        self._set_aside.enter_context(heap_set_aside())
         self._hooks = [
             model.get_submodule(path).register_forward_pre_hook(
                 lambda m, a, path=path: self._enter(path, m)
@@ -321,6 +317,11 @@ class LayerStream:
             for name, buf in module._buffers.items():
                 if buf is not None:
                     module._buffers[name] = buf.to(device)
+        # every unit is freed with a full collection (release): the model's objects,
+        # made, are set aside from then on, until close. Last, so that a stream that
+        # fails to be made leaves nothing set aside
+        self._set_aside = contextlib.ExitStack()
+        self._set_aside.enter_context(heap_set_aside())
 
     # ------------------------------------------------------------------ the units
     def _relative(self, name: str) -> str | None:
@@ -629,7 +630,13 @@ def streamed_model(
     model.eval()
     stream = LayerStream(model, model_dir, adapter, device, dtype)
     limit = memory_limit_bytes() if mem_limit is None else mem_limit
-    check_units_fit(stream, torch.empty((), dtype=dtype).element_size(), limit, str(model_dir))
+    try:
+        check_units_fit(stream, torch.empty((), dtype=dtype).element_size(), limit, str(model_dir))
+    except BaseException:
+        # a refused model gives back what its stream holds (the heap set aside, the
+        # hooks, the open checkpoint): the process may go on, as the API's callers do
+        stream.close()
+        raise
     model.specalign_stream = stream
     return model
 
