@@ -377,6 +377,7 @@ def _tcfg(**transformers: Any) -> dict:
         (None, "does not exist"),
         (b"", "is empty"),
         (b"\x00\x01\x02\xff\xfe" * 20, "not readable UTF-8 text"),
+        (b"a prompt\x00 with a NUL byte in it\n", "not readable UTF-8 text (NUL bytes)"),
         (b"   \n\n  \n", "is empty"),
     ],  # fmt: skip
 )
