@@ -187,23 +187,17 @@ def path_problem(kind: str, path: Path) -> str | None:
         if not os.access(parent, os.W_OK | os.X_OK):
             return f"cannot be written ({parent} is not writable); fix: name a folder of yours"
         return None
-    if not path.exists():
-        where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()})"
-        return f"does not exist{where}; fix: give the path of {PATH_KINDS[kind]}"
     if kind == "in-folder":
+        if not path.exists():
+            return _missing(kind, path)
         if not path.is_dir():
             return "is not a folder; fix: name the folder"
         if not os.access(path, os.R_OK | os.X_OK):
             return "is not readable; fix: make it readable, or name another folder"
         return None
-    if not path.is_file():
-        return "is not a file; fix: name " + PATH_KINDS[kind].replace("an existing", "a")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as err:
-        return f"cannot be read ({err.strerror}); fix: make it readable"
-    except UnicodeDecodeError as err:
-        return f"is not readable UTF-8 text (byte {err.start}); fix: save it as UTF-8"
+    text, problem = read_text_setting(path, kind)
+    if problem:
+        return problem
     if kind == "json-file":
         try:
             value = json.loads(text)
@@ -212,6 +206,27 @@ def path_problem(kind: str, path: Path) -> str | None:
         if not isinstance(value, dict):
             return "holds no JSON object; fix: give a JSON object"
     return None
+
+
+def read_text_setting(path: Path, kind: str = "text-file") -> tuple[str | None, str | None]:
+    """``(text, None)`` for a setting naming a readable UTF-8 file, else ``(None, what
+    is wrong)`` in :func:`path_problem`'s words: the text-file check, keeping what it read,
+    for the readers whose own rules follow (prompt files, training corpora)."""
+    if not path.exists():
+        return None, _missing(kind, path)
+    if not path.is_file():
+        return None, "is not a file; fix: name " + PATH_KINDS[kind].replace("an existing", "a")
+    try:
+        return path.read_bytes().decode("utf-8"), None
+    except OSError as err:
+        return None, f"cannot be read ({err.strerror}); fix: make it readable"
+    except UnicodeDecodeError as err:
+        return None, f"is not readable UTF-8 text (byte {err.start}); fix: save it as UTF-8"
+
+
+def _missing(kind: str, path: Path) -> str:
+    where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()})"
+    return f"does not exist{where}; fix: give the path of {PATH_KINDS[kind]}"
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:

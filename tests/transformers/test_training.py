@@ -430,3 +430,16 @@ def test_clearing_checkpoints_removes_only_what_a_run_wrote(tmp_path):
     (other / "step0" / "trained_model.json").write_text("{}")
     with pytest.raises(training.TrainingError, match=r"step0: not written"):
         training.clear_checkpoints(other, steps=4)
+
+
+def test_a_corpus_reads_the_same_whatever_its_line_ends(tmp_path):
+    """CRLF and CR line ends read as LF (as text mode reads them): the documents, so the
+    corpus' digest and the weights trained on it, are those of the LF file."""
+    text = "one two\nthree\n\nfour five\nsix\n"
+    docs = {}
+    for name, end in (("lf", "\n"), ("crlf", "\r\n"), ("cr", "\r")):
+        path = tmp_path / f"{name}.txt"
+        path.write_bytes(text.replace("\n", end).encode())
+        docs[name] = training.corpus_documents({"kind": "file", "path": str(path)})
+    assert docs["lf"] == [("paragraph 1", "one two\nthree"), ("paragraph 2", "four five\nsix")]
+    assert docs["crlf"] == docs["lf"] and docs["cr"] == docs["lf"]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specalign.config import fill_defaults, path_problem
+from specalign.config import fill_defaults, read_text_setting
 from specalign.kept import kept
 from specalign.transformers.load.limits import model_config_problems
 from specalign.transformers.load.sources import SOURCES, hub_id_problem
@@ -138,11 +138,13 @@ def _series_problems(tcfg: Mapping[str, Any]) -> list[str]:
         corpus = spec["corpus"]
         if corpus["kind"] == "file":
             path = Path(str(corpus.get("path") or ""))
-            problem = path_problem("text-file", path) if corpus.get("path") else "is not given"
+            text, problem = (
+                read_text_setting(path) if corpus.get("path") else (None, "is not given")
+            )
             if problem:
                 problems.append(f"{key}.corpus.path: {str(corpus.get('path'))!r} {problem}")
                 continue
-            if not path.read_text(encoding="utf-8").strip():
+            if not text.strip():
                 problems.append(f"{key}.corpus.path: {str(path)!r} is empty")
                 continue
         try:
@@ -322,12 +324,11 @@ def like_cycle(models: Mapping[str, Any], name: str) -> list[str] | None:
 
 def _text_file_problem(path: Path) -> str:
     """Why ``path`` cannot be read as prompt lines ("" when it can): what any text-file
-    setting is checked for (:func:`specalign.config.path_problem`), then a prompt file's
+    setting is checked for (:func:`specalign.config.read_text_setting`), then a prompt file's
     own rules: no NUL bytes, and a line with a character other than white space."""
-    problem = path_problem("text-file", path)
+    text, problem = read_text_setting(path)
     if problem:
         return problem
-    text = path.read_text(encoding="utf-8")
     if "\x00" in text:
         return "is not readable UTF-8 text (NUL bytes); fix: a text file, one prompt per line"
     if not text.strip():

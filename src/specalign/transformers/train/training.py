@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from specalign.config import path_problem
+from specalign.config import read_text_setting
 from specalign.io import OWNER_MARKER, is_owned, mark_owned, new_partial, swap_folder
 
 #: Families that can be trained, with their objective.
@@ -106,10 +106,12 @@ def corpus_documents(corpus: Mapping[str, Any]) -> list[tuple[str, str]]:
             raise TrainingError(str(exc)) from None
     elif kind == "file":
         path = Path(str(corpus.get("path") or ""))
-        problem = path_problem("text-file", path) if corpus.get("path") else "is not given"
+        text, problem = read_text_setting(path) if corpus.get("path") else (None, "is not given")
         if problem:
             raise TrainingError(f"corpus.path: {str(path)!r} {problem}")
-        text = path.read_text(encoding="utf-8")
+        # line ends as text mode reads them (CRLF and CR as LF): the documents, and so the
+        # corpus' digest and the trained weights, do not depend on the file's line ends
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
         parts = re.split(r"\n\s*\n", text)
         docs = [(f"paragraph {i + 1}", d) for i, d in enumerate(p for p in parts if p.strip())]
     else:
