@@ -443,3 +443,41 @@ def test_a_corpus_reads_the_same_whatever_its_line_ends(tmp_path):
         docs[name] = training.corpus_documents({"kind": "file", "path": str(path)})
     assert docs["lf"] == [("paragraph 1", "one two\nthree"), ("paragraph 2", "four five\nsix")]
     assert docs["crlf"] == docs["lf"] and docs["cr"] == docs["lf"]
+
+
+def test_heldout_targets_are_tokens_the_model_cannot_see(tmp_path, monkeypatch):
+    """The held-out loss is measured where the model cannot see the token it predicts:
+    every held-out target of a masked-LM is [MASK] (under BERT's 80/10/10 a tenth stay
+    in view, and predicting those is copying). The same targets as training's masking
+    from the same draws; training keeps 80/10/10."""
+    import torch
+
+    blocks = training.Blocks(
+        ids=np.arange(4 * 64).reshape(4, 64) % 50 + 5, special=np.zeros((4, 64), dtype=bool)
+    )
+    rows = np.arange(4)
+    kept, labels = training.mlm_mask(blocks, rows, 0.5, 4, 55, torch.Generator().manual_seed(3))
+    hidden, labels2 = training.mlm_mask(
+        blocks, rows, 0.5, 4, 55, torch.Generator().manual_seed(3), hide_all=True
+    )
+    target = labels != -100
+    assert torch.equal(labels, labels2)
+    assert bool((hidden[target] == 4).all()) and torch.equal(hidden[~target], kept[~target])
+    # the 80/10/10 of training leaves some targets in view: the case the held-out set avoids
+    assert bool((kept[target] == labels[target]).any()) and bool((kept[target] != 4).any())
+
+    calls = []
+    real = training.mlm_mask
+
+    def spy(blocks, rows, p, mask_id, vocab, gen, hide_all=False):
+        ids, labels = real(blocks, rows, p, mask_id, vocab, gen, hide_all=hide_all)
+        calls.append((hide_all, bool((ids[labels != -100] == mask_id).all())))
+        return ids, labels
+
+    monkeypatch.setattr(training, "mlm_mask", spy)
+    run = {**_run(None, "bert"), "corpus": {"kind": "pydoc_topics"}, "vocab_size": 500}
+    run.update(steps=4, heldout_blocks=40, batch_size=16)
+    training.train_run(run, tmp_path / "ck")
+    held, train = calls[:3], calls[3:]  # 40 held-out blocks: 3 batches, then 4 steps
+    assert held == [(True, True)] * 3
+    assert len(train) == 4 and not any(hide for hide, _ in train)

@@ -28,11 +28,12 @@ initialisation) and at log-spaced steps (:func:`checkpoint_steps`) are written i
 ``save_pretrained`` layout (safetensors, config.json, tokenizer files).
 
 That the result is a trained model and not noise is measured, not assumed: the held-out
-loss (nats per predicted token) is set beside the unigram entropy of the held-out tokens,
-``H = -sum_t p(t) log p(t)`` over the held-out token frequencies, the cross-entropy of
-the best context-free predictor of exactly those tokens. A loss well below H means the
-model uses context. A run whose loss turns NaN or infinite stops there: the step is
-recorded (``diverged_step``) and no later checkpoint is written.
+loss (nats per predicted token, at tokens the model cannot see: a masked-LM's held-out
+targets are all [MASK], :func:`mlm_mask`) is set beside the unigram entropy of the
+held-out tokens, ``H = -sum_t p(t) log p(t)`` over the held-out token frequencies,
+the cross-entropy of the best context-free predictor of exactly those tokens. A loss
+well below H means the model uses context. A run whose loss turns NaN or infinite stops
+there: the step is recorded (``diverged_step``) and no later checkpoint is written.
 """
 
 from __future__ import annotations
@@ -330,12 +331,25 @@ def unigram_entropy(ids: np.ndarray, exclude: np.ndarray | None = None) -> float
 
 
 def mlm_mask(
-    blocks: Blocks, rows: np.ndarray, mask_prob: float, mask_id: int, vocab: int, gen: Any
+    blocks: Blocks,
+    rows: np.ndarray,
+    mask_prob: float,
+    mask_id: int,
+    vocab: int,
+    gen: Any,
+    hide_all: bool = False,
 ) -> tuple[Any, Any]:
     """BERT's masking of the blocks ``rows``: each non-special position is a target with
     probability ``mask_prob`` (at least one per block); of the targets 80 % become
     [MASK], 10 % a random token, 10 % stay. Returns (input_ids, labels with -100 off
-    target), torch tensors, drawn from the torch generator ``gen``."""
+    target), torch tensors, drawn from the torch generator ``gen``.
+
+    ``hide_all``: every target becomes [MASK] (the same targets, the same draws): the
+    held-out measure, on tokens the model cannot see. Under BERT's 80/10/10 a tenth of
+    the targets stay in the input, and predicting a token that is in view is copying,
+    not use of context: on the shipped plays that tenth alone took the encoders' held-out
+    loss from 5.60 to 5.26 nats in 256 steps while their loss at hidden tokens did not
+    move (5.60)."""
     import torch
 
     ids = torch.from_numpy(blocks.ids[rows]).clone()
@@ -348,6 +362,8 @@ def mlm_mask(
     labels = torch.where(target, ids, torch.full_like(ids, -100))
     kind = torch.rand(ids.shape, generator=gen, dtype=torch.float64)
     rand_tok = torch.randint(0, vocab, ids.shape, generator=gen)
+    if hide_all:
+        return torch.where(target, torch.full_like(ids, mask_id), ids), labels
     ids = torch.where(target & (kind < 0.8), torch.full_like(ids, mask_id), ids)
     ids = torch.where(target & (kind >= 0.8) & (kind < 0.9), rand_tok, ids)
     return ids, labels
@@ -730,7 +746,7 @@ def _train(run: Mapping[str, Any], out_dir: Path, log: Any, device: str = "cpu")
             n_targets += ids[:, 1:].numel()
         else:
             ids, labels = mlm_mask(
-                held_b, rows, run["mask_prob"], specials["mask"], vocab, held_gen
+                held_b, rows, run["mask_prob"], specials["mask"], vocab, held_gen, hide_all=True
             )
             held_batches.append((ids.to(device), labels.to(device)))
             n_targets += int((labels != -100).sum())
@@ -865,7 +881,9 @@ def history_dataset(result: RunResult, series: str, run: Mapping[str, Any]) -> A
                 result.heldout_loss,
                 {
                     "description": "mean cross-entropy over the fixed held-out targets at this "
-                    "checkpoint (nats per target token); NaN where not reached",
+                    "checkpoint (nats per target token), each target a token the model cannot "
+                    "see (masked-LM: every target replaced by [MASK]; causal-LM: the next "
+                    "token); NaN where not reached",
                     "units": "nats/token",
                 },
             ),
