@@ -370,19 +370,22 @@ def test_weights_do_not_depend_on_filling_new_tensors(tmp_path, monkeypatch):
 
 
 def test_the_process_settings_are_given_back(tmp_path):
-    """Deterministic mode and the thread count are the process's: a run sets them for
-    itself and restores them (left on, deterministic mode fills every later torch.empty
-    with NaN, which made laying out a 70B model on the meta device take minutes)."""
+    """Deterministic mode, the thread count and transformers' progress bars (off while a
+    run saves its checkpoints) are the process's: a run sets them for itself and restores
+    them (left on, deterministic mode fills every later torch.empty with NaN, which made
+    laying out a 70B model on the meta device take minutes)."""
     import torch
 
     corpus = _cycle_corpus(tmp_path / "cycle.txt", n_docs=20, length=40)
     import torch.utils.deterministic
+    from transformers.utils import logging as hf_logging
 
     def settings():
         return (
             torch.get_num_threads(),
             torch.are_deterministic_algorithms_enabled(),
             torch.utils.deterministic.fill_uninitialized_memory,
+            hf_logging.is_progress_bar_enabled(),
         )
 
     before = settings()
@@ -481,3 +484,51 @@ def test_heldout_targets_are_tokens_the_model_cannot_see(tmp_path, monkeypatch):
     held, train = calls[:3], calls[3:]  # 40 held-out blocks: 3 batches, then 4 steps
     assert held == [(True, True)] * 3
     assert len(train) == 4 and not any(hide for hide, _ in train)
+
+
+@pytest.mark.parametrize("losses", [(3.9, 3.8), (5.6, 3.8), (5.6, 5.5)])
+def test_the_controlled_pair_says_when_its_models_have_not_learned(losses):
+    """The shared/unshared verdict, and beside it, when either encoder's final held-out
+    loss is above WELL_BELOW x its unigram entropy, that the contrast is between models
+    that have not learned, with both ratios; the pair is found from the runs' recorded
+    settings (identical but for the family), not from the names."""
+    import json
+
+    import xarray as xr
+
+    from specalign.transformers.report import reproduction
+
+    run = {"lr": 0.003, "steps": 8, "seed": 0}
+
+    def series(family, gamma, rate, loss):
+        one = ("step", "prolonged")
+        return xr.Dataset(
+            {
+                "final_gamma": (one, [[0.3], [gamma]]),
+                "measured_rate": (one, [[1.0], [rate]]),
+                "predicted_rate": (one, [[1.0], [0.92]]),
+                "heldout_loss": ("step", [5.6, loss]),
+                "heldout_unigram_entropy": ((), 5.0),
+            },
+            coords={"step": [0, 8], "prolonged": ["prolonged_full"]},
+            attrs={"run": json.dumps({**run, "family": family})},
+        )
+
+    pair = {
+        "x": series("albert", 1.0, 0.921, losses[0]),
+        "y": series("bert", 0.17, 1.0, losses[1]),
+        # another seed: not the controlled twin of either
+        "z": series("bert", 1.0, 0.921, 3.0).assign_attrs(
+            run=json.dumps({**run, "seed": 1, "family": "bert"})
+        ),
+    }
+    (line,) = reproduction._pairs(pair)
+    assert line.startswith("- **Controlled pair** x (shared) vs y (unshared)")
+    assert "holds for the shared encoder and does not hold for the unshared one" in line
+    assert "is reproduced." in line
+    trained = [r / 5.0 <= training.WELL_BELOW for r in losses]
+    if all(trained):
+        assert "have not learned" not in line
+    else:
+        assert "have not learned to use context" in line
+        assert f"x {losses[0] / 5.0:.3f}, y {losses[1] / 5.0:.3f}" in line

@@ -676,8 +676,12 @@ def train_run(
     batches; its weights differ from a CPU run's in the last bits (other kernels)."""
     import torch
     import torch.utils.deterministic
+    from transformers.utils import logging as hf_logging
 
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    # save_pretrained draws a progress bar per checkpoint: dozens of bars in the job's log
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
     torch.set_num_threads(max(1, int(run.get("threads", 1))))
@@ -692,6 +696,8 @@ def train_run(
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
         torch.set_num_threads(threads)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _train(run: Mapping[str, Any], out_dir: Path, log: Any, device: str = "cpu") -> RunResult:
