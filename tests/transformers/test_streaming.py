@@ -439,6 +439,49 @@ def test_missing_layer_tensor_refused_before_any_forward(tmp_models: Path) -> No
         streaming.streamed_model(broken, "base")
 
 
+@pytest.mark.parametrize("where", ["the first step", "the last step"])
+def test_a_stream_that_fails_to_be_made_leaves_nothing_behind(
+    tmp_models: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A stream whose construction fails part way gives back what it had changed before
+    the error propagates: the checkpoint closed, no hook left on the model, the head's
+    own forward, glibc's threshold given back where it was lowered, nothing set aside
+    (the API's callers go on in the same process). The first step opens nothing but the
+    checkpoint; by the last, hooks, the sliced head and the threshold are in place."""
+    folder = _folder(tmp_models, "llama")
+
+    def fails(*args: Any) -> Any:
+        raise RuntimeError(f"{where} of the stream's construction failed")
+
+    monkeypatch.setattr(
+        streaming, "find_prefix" if where == "the first step" else "heap_set_aside", fails
+    )
+    made: dict[str, Any] = {}
+    attach = streaming.LayerStream._attach
+
+    def recorded(self: Any, model: Any, *args: Any) -> None:
+        made["model"], made["stream"] = model, self
+        attach(self, model, *args)
+
+    closes, thresholds = [], []
+    ckpt_close = streaming._TorchCheckpoint.close
+    monkeypatch.setattr(streaming.LayerStream, "_attach", recorded)
+    monkeypatch.setattr(
+        streaming._TorchCheckpoint, "close", lambda self: closes.append(1) or ckpt_close(self)
+    )
+    monkeypatch.setattr(streaming, "set_mmap_threshold", thresholds.append)
+    frozen = gc.get_freeze_count()
+    with pytest.raises(RuntimeError, match="construction failed"):
+        streaming.streamed_model(folder, "causal_lm")
+    model = made["model"]
+    assert closes == [1]
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in model.modules())
+    assert "forward" not in model.get_output_embeddings().__dict__
+    lowered = [streaming.STREAM_MMAP_THRESHOLD] if where == "the last step" else []
+    assert thresholds == lowered + ([streaming.HEAP_CEILING] if lowered else [])
+    assert gc.get_freeze_count() == frozen
+
+
 def test_a_layer_over_the_memory_limit_is_refused(tmp_models: Path) -> None:
     folder = _folder(tmp_models, "llama")
     config = json.loads((folder / "config.json").read_text())

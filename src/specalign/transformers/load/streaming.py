@@ -249,7 +249,24 @@ class LayerStream:
         self.model, self.model_dir, self.adapter = model, model_dir, adapter
         self.device, self.dtype = device, dtype
         self.ckpt = _TorchCheckpoint(model_dir)
+        # what the stream changes in the model and the process, undone by close and by a
+        # construction that fails part way (a parameter whose tensor cannot be found,
+        # say): the API's callers go on in the same process with the same model
+        self._hooks: list[Any] = []
+        self.head_path: str | None = None
+        self._threshold_set = False
+        self._set_aside = contextlib.ExitStack()
+        try:
+            self._attach(model, adapter, device)
+        except BaseException:
+            self._detach()
+            raise
 
+    def _attach(self, model: Any, adapter: FamilyAdapter, device: str) -> None:
+        """Resolve every unit's checkpoint keys, then put the stream in place: glibc's
+        threshold, the hooks, the head's sliced forward, the buffers on the device and
+        the heap set aside (undone by :meth:`_detach`)."""
+        model_dir = self.model_dir
         keys = self.ckpt.keys
         self._keys = set(keys)
         self.ckpt_prefix = find_prefix(keys, adapter, model_dir)
@@ -280,6 +297,7 @@ class LayerStream:
         # float32 copies and activations fragmented the heap, and a streamed causal LM's
         # peak grew by about two token states per layer (measured at d 2048, 6 W_O
         # variants: 2.22 GiB at 2 layers, 2.93 at 16; with the threshold 1.21 and 1.23)
+        self._threshold_set = True
         set_mmap_threshold(STREAM_MMAP_THRESHOLD)
         self.resident: str | None = None
         #: the forwards running in lockstep, while :func:`forwards_in_lockstep` runs
@@ -296,13 +314,13 @@ class LayerStream:
         self.padding_idx = (
             model.get_submodule(self.embedding_path).padding_idx if self.embedding_path else None
         )
-        self._hooks = [
-            model.get_submodule(path).register_forward_pre_hook(
-                lambda m, a, path=path: self._enter(path, m)
-            )
-            for path in self.units
-            if path != self.embedding_path
-        ]
+        for path in self.units:
+            if path != self.embedding_path:
+                self._hooks.append(
+                    model.get_submodule(path).register_forward_pre_hook(
+                        lambda m, a, path=path: self._enter(path, m)
+                    )
+                )
         if self.embedding_path is not None:
             self._hooks.append(
                 model.get_submodule(self.embedding_path).register_forward_pre_hook(
@@ -320,7 +338,6 @@ class LayerStream:
         # every unit is freed with a full collection (release): the model's objects,
         # made, are set aside from then on, until close. Last, so that a stream that
         # fails to be made leaves nothing set aside
-        self._set_aside = contextlib.ExitStack()
         self._set_aside.enter_context(heap_set_aside())
 
     # ------------------------------------------------------------------ the units
@@ -555,16 +572,24 @@ class LayerStream:
 
     def close(self) -> None:
         self.release()
+        self._detach()
+
+    def _detach(self) -> None:
+        """Undo what the stream changed: its hooks, the head's sliced forward, the open
+        checkpoint, the heap set aside, glibc's threshold (each only where it was made)."""
         for h in self._hooks:
             h.remove()
+        self._hooks.clear()
         if self.head_path is not None:
             self.model.get_submodule(self.head_path).__dict__.pop("forward", None)
         self.ckpt.close()
         self._set_aside.close()
-        # the float64 work that follows reuses its heap blocks again: glibc's threshold
-        # as it stands after a model's large frees (mapping every temporary anew page-
-        # faults each of its pages in)
-        set_mmap_threshold(HEAP_CEILING)
+        if self._threshold_set:
+            # the float64 work that follows reuses its heap blocks again: glibc's
+            # threshold as it stands after a model's large frees (mapping every
+            # temporary anew page-faults each of its pages in)
+            set_mmap_threshold(HEAP_CEILING)
+            self._threshold_set = False
 
 
 def memory_limit_bytes() -> int | None:
