@@ -359,11 +359,16 @@ def _run_variables(run: xr.Dataset, steps: Sequence[int]) -> dict[str, tuple]:
         "train_loss": _var(
             ("step",),
             at_steps("train_loss_at_checkpoint"),
-            "training loss of the step's batch (nats/token)",
+            "training loss of the step's batch (nats/token; a masked-LM's targets as it "
+            "trains on them, a tenth of them left in view)",
             units="nats/token",
         ),
         "heldout_loss": _var(
-            ("step",), at_steps("heldout_loss"), "held-out loss (nats/token)", units="nats/token"
+            ("step",),
+            at_steps("heldout_loss"),
+            "held-out loss (nats/token) at tokens the model cannot see: a masked-LM's "
+            "held-out targets all [MASK], a causal-LM's next tokens",
+            units="nats/token",
         ),
         "heldout_unigram_entropy": _var(
             (),
