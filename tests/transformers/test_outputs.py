@@ -750,3 +750,124 @@ def test_tables_and_reproduction_show_each_model_as_described(data):
     table = summary.layer_table(data["spectra"], data["prop"], {})
     assert set(table["weights"]) == {""}
     assert "What each model is" not in tr.reproduction_markdown(data["spectra"], {}, {}, None)
+
+
+# --------------------------------------------------------------------------- trends
+
+
+def _with_step_trend(monkeypatch):
+    """The metric table with one more trend, corr_step's, declared as a new metric's
+    would be: nothing else is told of it."""
+    from dataclasses import replace
+
+    from specalign.transformers import metric_table as mt
+
+    trend = mt.Trend(
+        rank=3, text="the token-mean corr_step", claim=1, panel="step", per_layer=True,
+        layer_column=True,
+    )  # fmt: skip
+    added = replace(mt.by_name("corr_step"), trend=trend)
+    monkeypatch.setattr(
+        mt, "METRICS", tuple(added if m.name == "corr_step" else m for m in mt.METRICS)
+    )
+    return mt
+
+
+def test_every_trend_is_followed_over_training_from_its_declaration(data, monkeypatch):
+    """Issue 30, item 4: each trend of the metric table (and one added for the test)
+    enters training.nc, training.csv and the series figure from its declaration alone;
+    its values are the layer means of the point's own propagation.nc, recomputed here
+    with xarray."""
+    from specalign.transformers.report import series
+    from specalign.transformers.report.figures import training as tfig
+
+    mt = _with_step_trend(monkeypatch)
+    assert [m.name for m in mt.trends()] == ["rho", "psi", "gamma", "corr_step"]
+    sp, pr, st = data["spectra"]["tiny"], data["prop"]["tiny"], data["steer"]["tiny"]
+    ds = series.series_dataset("s", [8, 0], [sp, sp], [pr, pr], [st, st])
+    modes = [str(m) for m in ds["mode"].values]
+    assert modes
+    for m in mt.trends():
+        names = [m.name, m.headline]
+        names += [f"{m.name}_null"] if m.trend.null else []
+        names += [f"{m.name}_lo", f"{m.name}_hi"] if m.trend.band else []
+        for name in names:
+            assert ds[name].dims == ("step", "mode"), name
+            assert ds[name].attrs["description"], name
+        assert (f"{m.headline}_layer" in ds) == m.trend.per_layer, m.name
+        for mode in modes:
+            view = tt.mode_view(pr, mode)
+            per_layer = view[m.name]
+            if m.per in ("token", "prompt"):
+                per_layer = per_layer.mean(m.per, skipna=True)
+            head = per_layer
+            if m.trend.null == "excess":
+                null = view[f"{m.name}_null"]
+                head = per_layer - (null.mean(m.per, skipna=True) if m.per != "layer" else null)
+            for s in (0, 8):
+                at = ds.sel(step=s, mode=mode)
+                np.testing.assert_allclose(float(at[m.name]), float(per_layer.mean()), rtol=1e-12)
+                np.testing.assert_allclose(float(at[m.headline]), float(head.mean()), rtol=1e-12)
+                if m.trend.per_layer:
+                    got = at[f"{m.headline}_layer"].values[: head.sizes["layer"]]
+                    np.testing.assert_allclose(got, head.values, rtol=1e-12)
+                if m.trend.band:
+                    assert at[f"{m.name}_lo"] <= at[m.name] <= at[f"{m.name}_hi"]
+    table = series.series_table(ds)
+    for mode in modes:
+        in_mode = [c for c in table.columns if c.endswith(f" ({mode})")]
+        assert in_mode == [f"{m.label} ({mode})" for m in mt.trends()]
+    fig, _ = tfig.series_figure(ds)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert "(1) rho - null (solid), psi (dashed, band)" in titles
+    assert "(1) gamma, null dashed gray" in titles
+    assert "(1) corr_step" in titles
+
+
+def test_every_trend_with_a_layer_column_is_in_the_layer_table(data, monkeypatch):
+    """The layer table (layers.csv, what `specalign analyze` prints) has the headline
+    of each trend that asks for it, per mode, described, equal to propagation.nc's."""
+    from specalign.transformers.report import summary
+
+    mt = _with_step_trend(monkeypatch)
+    table = summary.layer_table(data["spectra"], data["prop"], {"tiny_random": "albert_tiny"})
+    rows = table[table["model"] == "tiny"]
+    wanted = [m for m in mt.trends() if m.trend.layer_column]
+    assert [m.name for m in wanted] == ["rho", "gamma", "corr_step"]
+    for mode in summary.LAYER_MODES:
+        view = tt.mode_view(data["prop"]["tiny"], mode)
+        if view is None:
+            continue
+        names = [f"{m.headline}_{mode}" for m in wanted]
+        assert [c for c in table.columns if c in names] == names
+        for m, name in zip(wanted, names, strict=True):
+            assert f"claim {m.trend.claim}" in summary.describe_column(name)
+            assert f"twin_{name}" in table
+            value = view[m.name]
+            value = value.mean(m.per, skipna=True) if m.per != "layer" else value
+            if m.trend.null == "excess":
+                value = value - view[f"{m.name}_null"]
+            np.testing.assert_allclose(rows[name].to_numpy(float), value.values, rtol=1e-12)
+    assert "rho - null and gamma and corr_step per propagation mode" in (
+        summary.layer_table_caption()
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"nulls": False}, "a trend with a null needs nulls=True"),
+        ({"per": "layer", "kernel": lambda r: r}, "a band is drawn over tokens"),
+        ({"columns": ()}, "a layer column is read from propagation.csv"),
+        ({"null_columns": ()}, "a layer column is read from propagation.csv"),
+    ],
+)
+def test_a_trend_that_reads_what_its_metric_lacks_is_refused(change, words):
+    """A trend is checked against its metric when the table is built: what it reads
+    (the null, the tokens' prompts, propagation.csv's columns) must be there."""
+    from dataclasses import replace
+
+    from specalign.transformers import metric_table as mt
+
+    with pytest.raises(ValueError, match=words):
+        replace(mt.by_name("gamma"), **change)

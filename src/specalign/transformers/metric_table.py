@@ -20,9 +20,13 @@ the files (:mod:`specalign.transformers.variables`), the copies under the other
 correlation (:mod:`specalign.transformers.measure.propagate`), the per-layer table
 (:func:`~specalign.transformers.report.tables.propagation_table`) and the correlations
 figure (:func:`~specalign.transformers.report.figures.propagation.correlations_figure`).
-A new metric is one :class:`Metric` in :data:`METRICS` with its kernel (the recipe is
-in docs/extending.md). The claims, their series over training and the summaries read
-the paper's three metrics by name, since each claim is about those three.
+A metric followed beyond one run carries a :class:`Trend`, and what follows it reads
+the trend here too: the series over training (``training.nc``, ``training.csv`` and the
+series figure, :mod:`specalign.transformers.report.series`) and the layer table
+(``layers.csv``, :mod:`specalign.transformers.report.summary`). A new metric is one
+:class:`Metric` in :data:`METRICS` with its kernel, and a trend if it is to be followed
+(the recipe is in docs/extending.md). The claims' verdicts read the paper's three
+metrics by name, since each claim is about those three.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
+
+from specalign.output import nanmean
 
 __all__ = [
     "METRICS",
@@ -42,11 +48,15 @@ __all__ = [
     "Metric",
     "Panel",
     "StateReading",
+    "Trend",
     "by_name",
     "descriptions",
     "dims",
+    "headline_values",
+    "layer_values",
     "other_variables",
     "table_columns",
+    "trends",
 ]
 
 #: What a metric has one value of, beside its mode and layer: each token, each
@@ -139,6 +149,41 @@ class Panel:
 
 
 @dataclass(frozen=True)
+class Trend:
+    """How a metric is followed past one model's ``propagation.nc``: its mean over the
+    layers per step and mode of a training series (``training.nc``, ``training.csv``,
+    the series figure), and its value per layer and mode in the layer table
+    (``layers.csv``).
+
+    The metric's value at layer t is its token mean (the prompts' mean for
+    ``per == "prompt"``; the layer's own value for ``per == "layer"``), called ``text``
+    in the descriptions; the trend is the mean of that over the layers. ``null``:
+    ``"beside"`` keeps the random-direction null's trend beside it (``<name>_null``);
+    ``"excess"`` keeps it and also the value minus the null, layer by layer
+    (``<name>_minus_null``), which is then the trend's *headline*: the value the
+    tables, the per-layer variables and the figure's solid line show (otherwise the
+    value itself). ``band``: a bootstrap band over prompts (``<name>_lo``,
+    ``<name>_hi``; per-token metrics only). ``per_layer``: the headline per layer in
+    ``training.nc`` (``<headline>_layer``). ``layer_column``: the headline per layer in
+    ``layers.csv`` (``<headline>_<mode>``). ``claim``: the paper's claim it is read for.
+    ``panel``: the series figure's panel it is drawn in; the trends of one panel share
+    it, the first solid, the others dashed. ``rank`` orders the trends: their columns in
+    ``training.csv`` and ``layers.csv``, their lines in a panel and their bands' draws
+    (the bands of a series draw from one generator, so that order is part of the bands'
+    identity).
+    """
+
+    rank: int
+    text: str
+    claim: int
+    panel: str
+    null: Literal["beside", "excess"] | None = None
+    band: bool = False
+    per_layer: bool = False
+    layer_column: bool = False
+
+
+@dataclass(frozen=True)
 class Metric:
     """One variable of ``propagation.nc``.
 
@@ -166,6 +211,30 @@ class Metric:
     other_corr: tuple[str, ...] = ()
     other_columns: tuple[str, ...] = ()
     panel: Panel | None = None
+    trend: Trend | None = None
+
+    def __post_init__(self) -> None:
+        t = self.trend
+        if t is None:
+            return
+        # what a trend reads must exist: a null needs the metric measured against the
+        # random directions, a band the tokens' prompts, a layer column the table's
+        # value and null columns (summary.py reads them there)
+        if t.null and not self.nulls:
+            raise ValueError(f"metric {self.name}: a trend with a null needs nulls=True")
+        if t.band and self.per != "token":
+            raise ValueError(f"metric {self.name}: a band is drawn over tokens' prompts")
+        if self.per == "state":
+            raise ValueError(f"metric {self.name}: a trend is a mean over layers")
+        if t.layer_column and (
+            (self.per != "layer" and "mean" not in self.columns)
+            or (self.per == "layer" and not self.columns)
+            or (t.null and "_null" not in self.null_columns)
+        ):
+            raise ValueError(
+                f"metric {self.name}: a layer column is read from propagation.csv's "
+                "mean column (and its _null column with a null)"
+            )
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -174,6 +243,37 @@ class Metric:
     @property
     def column_name(self) -> str:
         return self.column or self.name
+
+    @property
+    def headline(self) -> str:
+        """The variable name of the trend's headline: the metric, or its excess over
+        its random-direction null."""
+        excess = self.trend is not None and self.trend.null == "excess"
+        return f"{self.name}_minus_null" if excess else self.name
+
+    @property
+    def label(self) -> str:
+        """The headline as a column title and a legend say it (``rho - null``)."""
+        excess = self.trend is not None and self.trend.null == "excess"
+        return f"{self.name} - null" if excess else self.name
+
+    @property
+    def trend_variables(self) -> list[str]:
+        """The trend's variables per step and mode in ``training.nc``: the value, its
+        null, its excess over the null, its band."""
+        t = self.trend
+        assert t is not None
+        names = [self.name] + ([f"{self.name}_null"] if t.null else [])
+        names += [self.headline] if t.null == "excess" else []
+        return names + ([f"{self.name}_lo", f"{self.name}_hi"] if t.band else [])
+
+    @property
+    def headline_text(self) -> str:
+        """What the headline is at one layer, in words."""
+        assert self.trend is not None
+        if self.trend.null == "excess":
+            return f"{self.trend.text} minus its random-direction null"
+        return self.trend.text
 
 
 def _rise_fraction(psi: np.ndarray, round_off: float, axes: tuple[int, ...]) -> np.ndarray:
@@ -216,6 +316,15 @@ METRICS: tuple[Metric, ...] = (
             "v1",
             "v1 (leading real eigenvector)",
         ),
+        trend=Trend(
+            rank=2,
+            text="the token-mean gamma_t",
+            claim=1,
+            panel="gamma",
+            null="beside",
+            band=True,
+            layer_column=True,
+        ),
     ),
     Metric(
         "gamma_mean",
@@ -235,6 +344,14 @@ METRICS: tuple[Metric, ...] = (
         columns=("mean", "sd"),
         null_columns=("_null",),
         other_corr=("",),
+        trend=Trend(
+            rank=1,
+            text="the token-mean psi_t",
+            claim=1,
+            panel="tilt",
+            band=True,
+            per_layer=True,
+        ),
     ),
     Metric(
         "psi_mean",
@@ -253,6 +370,15 @@ METRICS: tuple[Metric, ...] = (
         null_columns=("_null", "_neg_null"),
         other_corr=("", "_null"),
         other_columns=("", "_null"),
+        trend=Trend(
+            rank=0,
+            text="rho_t",
+            claim=1,
+            panel="tilt",
+            null="excess",
+            per_layer=True,
+            layer_column=True,
+        ),
     ),
     Metric(
         "rho_mean",
@@ -324,6 +450,30 @@ def by_name(name: str) -> Metric:
     raise KeyError(f"no metric {name!r}; the metrics are {[m.name for m in METRICS]}")
 
 
+def trends() -> list[Metric]:
+    """The metrics followed past one run, in the order of their trends' ``rank``."""
+    return sorted((m for m in METRICS if m.trend is not None), key=lambda m: m.trend.rank)
+
+
+def layer_values(ds: Any, metric: Metric, suffix: str = "") -> np.ndarray:
+    """Per layer (ds's ``layer`` order) of one mode's view ``ds`` of ``propagation.nc``:
+    the metric's value at the layer (its token or prompt mean; NaN where all are NaN),
+    read from the variable ``metric.name + suffix`` (``"_null"`` for its null)."""
+    da = ds[metric.name + suffix]
+    if metric.per in ("token", "prompt"):
+        return nanmean(da.values, axis=da.get_axis_num(metric.per))
+    return np.asarray(da.values, dtype=float)
+
+
+def headline_values(ds: Any, metric: Metric) -> np.ndarray:
+    """Per layer of one mode's view ``ds``: the trend's headline (the value, or the
+    value minus its random-direction null)."""
+    v = layer_values(ds, metric)
+    if metric.trend is not None and metric.trend.null == "excess":
+        return v - layer_values(ds, metric, "_null")
+    return v
+
+
 def _variants(m: Metric) -> tuple[str, ...]:
     return ("", *NULLS) if m.nulls else ("",)
 
@@ -393,12 +543,23 @@ def panels(figure: str) -> list[tuple[Metric, Panel]]:
     return [(m, m.panel) for m in METRICS if m.panel is not None and m.panel.figure == figure]
 
 
+def _trend_cell(m: Metric) -> str:
+    """What a metric's trend puts into training.nc and layers.csv, for the docs' table."""
+    if m.trend is None:
+        return ""
+    t = m.trend
+    names = m.trend_variables + ([f"{m.headline}_layer"] if t.per_layer else [])
+    cell = ", ".join(f"`{n}`" for n in names) + f" (claim {t.claim})"
+    return cell + (f"; `{m.headline}_<mode>`" if t.layer_column else "")
+
+
 def doc_table() -> str:
     """The metric table of docs/results.md, one row per metric in table order (written
     by ``python -m specalign.transformers.metric_table``; a test holds them equal);
     ``<other>`` in a column's name is the other correlation, ``pearson`` or ``cosine``."""
     rows = ["| metric (propagation.nc) | one value per | nulls | propagation.csv | figure row "
-            "| what it is |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+            "| trend (training.nc; layers.csv) | what it is |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     columns: dict[str, list[str]] = {}
     for c in table_columns("<other>"):
         columns.setdefault(c.metric, []).append(f"`{c.name}`")
@@ -409,7 +570,7 @@ def doc_table() -> str:
         figure = f"{m.panel.figure}: {m.panel.short}" if m.panel else ""
         text = m.description.replace("|", "\\|")  # a bar inside a cell ends it
         rows.append(f"| `{m.name}` | {per} | {nulls} | {', '.join(columns.get(m.name, []))} "
-                    f"| {figure} | {text} |")  # fmt: skip
+                    f"| {figure} | {_trend_cell(m)} | {text} |")  # fmt: skip
     return "\n".join(rows) + "\n"
 
 

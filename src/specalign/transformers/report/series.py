@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from specalign.output import nanmean
+from specalign.transformers.metric_table import headline_values, layer_values, trends
 from specalign.transformers.report.claims import (
     GAMMA_CONVERGED,
     RATE_TOL,
@@ -74,21 +76,6 @@ def _prompt_bootstrap(
     return float(lo), float(hi)
 
 
-def _per_layer_mode(prop: xr.Dataset, mode: str, n_layers: int) -> dict[str, np.ndarray]:
-    """psi (token mean) and rho - rho_null per layer 1..n_layers of one mode."""
-    out = {"psi": _nan([n_layers]), "excess": _nan([n_layers])}
-    ds = mode_view(prop, mode)
-    if ds is None:
-        return out
-    psi = ds["psi"]
-    psi_t = np.nanmean(psi.values, axis=psi.get_axis_num("token"))
-    excess = ds["rho"].values.astype(float) - ds["rho_null"].values.astype(float)
-    k = min(n_layers, len(psi_t))
-    out["psi"][:k] = psi_t[:k]
-    out["excess"][:k] = excess[:k]
-    return out
-
-
 def _steer_gain(
     steer: xr.Dataset, rng: np.random.Generator, n_boot: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -106,10 +93,6 @@ def _steer_gain(
     return gain, lo, hi
 
 
-#: The variables of claim (1) per step and mode, of claim (2) per step and prolonged
-#: run, of claim (3)'s gaps per step.
-_TILT = ("psi", "psi_lo", "psi_hi", "rho", "rho_null", "rho_minus_null", "tilt_fraction",
-         "gamma", "gamma_lo", "gamma_hi", "gamma_null")  # fmt: skip
 _PROLONGED = ("final_gamma", "final_gamma_null", "measured_rate", "predicted_rate")
 _GAPS = ("frac_small_gap", "frac_complex_lambda1", "median_relative_gap")
 
@@ -144,10 +127,11 @@ def series_dataset(
     modes = [m for m in BASE_MODES if any(mode_view(p, m) is not None for p in propagation)]
     pmodes = [m for m in PROLONGED_MODES if any(mode_view(p, m) is not None for p in propagation)]
     n_layers = max(int(s.attrs.get("n_layers", 0)) or len(relative_gaps(s)) for s in spectra)
-    tilt = {k: _nan([S, len(modes)]) for k in _TILT}
-    tilt["psi_layer"], tilt["rho_minus_null_layer"] = (
-        _nan([S, len(modes), n_layers]) for _ in range(2)
-    )
+    tilt = {k: _nan([S, len(modes)]) for m in trends() for k in m.trend_variables}
+    tilt["tilt_fraction"] = _nan([S, len(modes)])
+    for m in trends():
+        if m.trend.per_layer:
+            tilt[f"{m.headline}_layer"] = _nan([S, len(modes), n_layers])
     pro = {k: _nan([S, len(pmodes)]) for k in _PROLONGED}
     spec = {k: _nan([S]) for k in _GAPS}
     spec["spectral_radius"], spec["radius_is_negative"] = (_nan([S, n_layers]) for _ in range(2))
@@ -210,24 +194,33 @@ def _tilt_at(
     rng: np.random.Generator,
     n_boot: int,
 ) -> None:
-    """Claim (1) at step index ``s``, every mode: the claim's summary, and the bands of
-    psi and gamma (psi's drawn first)."""
+    """Step index ``s``, every mode where claim (1) is measured: its tilt fraction, and
+    every trend of the metric table (the value, its null, the headline per layer, and
+    the bands, drawn in the trends' rank order)."""
     for m, mode in enumerate(modes):
         t = tilt_summary(prop, mode)
         if t is None:
             continue
-        v["psi"][s, m], v["rho"][s, m] = t["psi"], t["rho"]
-        v["rho_null"][s, m], v["rho_minus_null"][s, m] = t["rho_null"], t["excess"]
         v["tilt_fraction"][s, m] = t["frac"]
-        v["gamma"][s, m], v["gamma_null"][s, m] = t["gamma"], t["gamma_null"]
         ds = mode_view(prop, mode)
         prompts = np.asarray(ds["token_prompt"].values)
-        for k in ("psi", "gamma"):
-            v[f"{k}_lo"][s, m], v[f"{k}_hi"][s, m] = _prompt_bootstrap(
-                ds[k].transpose(..., "token").values, prompts, rng, n_boot
-            )
-        per = _per_layer_mode(prop, mode, n_layers)
-        v["psi_layer"][s, m], v["rho_minus_null_layer"][s, m] = per["psi"], per["excess"]
+        for metric in trends():
+            trend = metric.trend
+            value = layer_values(ds, metric)
+            v[metric.name][s, m] = nanmean(value)
+            if trend.null:
+                null = layer_values(ds, metric, "_null")
+                v[f"{metric.name}_null"][s, m] = nanmean(null)
+                if trend.null == "excess":
+                    v[metric.headline][s, m] = nanmean(value - null)
+            if trend.band:
+                v[f"{metric.name}_lo"][s, m], v[f"{metric.name}_hi"][s, m] = _prompt_bootstrap(
+                    ds[metric.name].transpose(..., "token").values, prompts, rng, n_boot
+                )
+            if trend.per_layer:
+                head = headline_values(ds, metric)
+                k = min(n_layers, len(head))
+                v[f"{metric.headline}_layer"][s, m, :k] = head[:k]
 
 
 def _rates_at(
@@ -261,32 +254,32 @@ def _spectra_at(v: dict[str, np.ndarray], s: int, spec: xr.Dataset, n_layers: in
 
 
 def _tilt_variables(v: dict[str, np.ndarray], band: str) -> dict[str, tuple]:
+    """Claim (1)'s tilt fraction and the variables of every trend of the metric table."""
     sm = ("step", "mode")
-    return {
-        "psi": _var(sm, v["psi"], "claim (1): layer mean of the token-mean psi_t"),
-        "psi_lo": _var(sm, v["psi_lo"], f"psi: lower end of the {band}"),
-        "psi_hi": _var(sm, v["psi_hi"], f"psi: upper end of the {band}"),
-        "rho": _var(sm, v["rho"], "claim (1): layer mean of rho_t"),
-        "rho_null": _var(sm, v["rho_null"], "layer mean of rho_t's random-direction null"),
-        "rho_minus_null": _var(
-            sm,
-            v["rho_minus_null"],
-            "claim (1): layer mean of rho_t minus its random-direction null",
-        ),
-        "tilt_fraction": _var(
-            sm, v["tilt_fraction"], "claim (1): fraction of layers with psi_t > 0 and rho_t > 0.5"
-        ),
-        "gamma": _var(sm, v["gamma"], "mean gamma = |cos(x, v1_t)| over layers, tokens"),
-        "gamma_lo": _var(sm, v["gamma_lo"], f"gamma: lower end of the {band}"),
-        "gamma_hi": _var(sm, v["gamma_hi"], f"gamma: upper end of the {band}"),
-        "gamma_null": _var(sm, v["gamma_null"], "gamma's random-direction null"),
-        "psi_layer": _var((*sm, "layer"), v["psi_layer"], "token-mean psi_t per layer"),
-        "rho_minus_null_layer": _var(
-            (*sm, "layer"),
-            v["rho_minus_null_layer"],
-            "rho_t minus its random-direction null, per layer",
-        ),
-    }
+    out = {}
+    for m in trends():
+        trend = m.trend
+        claim = f"claim ({trend.claim}): "
+        out[m.name] = _var(sm, v[m.name], f"{claim}layer mean of {trend.text}")
+        if trend.null:
+            out[f"{m.name}_null"] = _var(
+                sm, v[f"{m.name}_null"], f"layer mean of {trend.text}'s random-direction null"
+            )
+        if trend.null == "excess":
+            out[m.headline] = _var(sm, v[m.headline], f"{claim}layer mean of {m.headline_text}")
+        if trend.band:
+            for end, word in (("lo", "lower"), ("hi", "upper")):
+                out[f"{m.name}_{end}"] = _var(
+                    sm, v[f"{m.name}_{end}"], f"{m.name}: {word} end of the {band}"
+                )
+        if trend.per_layer:
+            out[f"{m.headline}_layer"] = _var(
+                (*sm, "layer"), v[f"{m.headline}_layer"], f"{m.headline_text}, per layer"
+            )
+    out["tilt_fraction"] = _var(
+        sm, v["tilt_fraction"], "claim (1): fraction of layers with psi_t > 0 and rho_t > 0.5"
+    )
+    return out
 
 
 def _spectra_variables(v: dict[str, np.ndarray]) -> dict[str, tuple]:
@@ -384,7 +377,8 @@ def _run_variables(run: xr.Dataset, steps: Sequence[int]) -> dict[str, tuple]:
 
 
 def series_table(ds: xr.Dataset) -> Any:
-    """One row per step: the headline metric of every claim (first mode's tilt)."""
+    """One row per step: the headline of every claim's metric, each trend of the metric
+    table per mode first."""
     import pandas as pd
 
     rows = []
@@ -392,9 +386,8 @@ def series_table(ds: xr.Dataset) -> Any:
         row: dict[str, Any] = {"series": ds.attrs["series"], "step": int(step)}
         for mode in ds["mode"].values:
             sub = ds.sel(mode=mode).isel(step=i)
-            row[f"rho - null ({mode})"] = float(sub["rho_minus_null"])
-            row[f"psi ({mode})"] = float(sub["psi"])
-            row[f"gamma ({mode})"] = float(sub["gamma"])
+            for m in trends():
+                row[f"{m.label} ({mode})"] = float(sub[m.headline])
         row["small-gap layers"] = float(ds["frac_small_gap"][i])
         row["complex lambda_1 layers"] = float(ds["frac_complex_lambda1"][i])
         row["mean spectral radius"] = float(np.nanmean(ds["spectral_radius"][i]))

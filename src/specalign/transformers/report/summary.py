@@ -8,9 +8,11 @@ are about side by side: the leading eigenvalue lambda_1 of F_t (sorted by real p
 as :func:`specalign.transformers.report.tables.eigenvalue_table`) and whether it is real or
 complex, the scale-free gap gap/|lambda_1| (claim 3), the spectral radius and the sign
 of the eigenvalue attaining it, and, per propagation mode that runs the model's own
-layers, the excess of rho_t over its random-direction null and the token-mean
-alignment gamma_t (claim 1). The same columns of the model's random-weight twin sit
-beside them (``twin_*``), the chance level of every trained-model value.
+layers, the headline of each trend of the metric table
+(:mod:`specalign.transformers.metric_table`: the excess of rho_t over its
+random-direction null and the token-mean alignment gamma_t, claim 1). The same
+columns of the model's random-weight twin sit beside them (``twin_*``), the chance
+level of every trained-model value.
 
 Everything is read from ``spectra.nc`` and ``propagation.nc`` through the table
 builders of :mod:`specalign.transformers.report.tables`, which own the layer numbering
@@ -27,6 +29,7 @@ import xarray as xr
 
 from specalign.transformers.lineage import DESCRIPTION_ATTR
 from specalign.transformers.load.contracts import MODES
+from specalign.transformers.metric_table import Metric, trends
 from specalign.transformers.report.claims import (
     gap_summary,
     rate_summary,
@@ -80,21 +83,28 @@ def _spectra_columns(spectra: xr.Dataset) -> pd.DataFrame:
     )
 
 
+def _layer_trends() -> list[Metric]:
+    """The trends of the metric table that have a column per mode here, in rank order."""
+    return [m for m in trends() if m.trend.layer_column]
+
+
 def _propagation_columns(prop: xr.Dataset) -> pd.DataFrame:
-    """Per layer and mode of :data:`LAYER_MODES`: rho_t - rho_null_t and mean gamma_t."""
+    """Per layer and mode of :data:`LAYER_MODES`: each trend's headline (a metric's
+    layer value, or that minus its random-direction null), read from
+    ``propagation.csv``'s columns."""
     table = propagation_table(prop, "")
     out: pd.DataFrame | None = None
     for mode in LAYER_MODES:
         sub = table[table["mode"] == mode]
         if sub.empty:
             continue
-        cols = pd.DataFrame(
-            {
-                "layer": sub["layer"].astype(int).to_numpy(),
-                f"rho_minus_null_{mode}": (sub["rho"] - sub["rho_null"]).to_numpy(float),
-                f"gamma_{mode}": sub["gamma"].to_numpy(float),
-            }
-        )
+        columns = {"layer": sub["layer"].astype(int).to_numpy()}
+        for m in _layer_trends():
+            value = sub[m.column_name]
+            if m.trend.null == "excess":
+                value = value - sub[m.column_name + "_null"]
+            columns[f"{m.headline}_{mode}"] = value.to_numpy(float)
+        cols = pd.DataFrame(columns)
         out = cols if out is None else out.merge(cols, on="layer", how="outer")
     return out if out is not None else pd.DataFrame({"layer": pd.Series([], dtype=int)})
 
@@ -142,21 +152,21 @@ def describe_column(name: str) -> str:
     if name.startswith("twin_"):
         return "the random-weight twin's " + describe_column(name[len("twin_") :])
     for mode in LAYER_MODES:
-        if name == f"rho_minus_null_{mode}":
-            return (
-                f"rho_t minus its random-direction null, mode {mode} (rho_t: fraction of "
-                "tokens with psi_t > d*eps, tilted towards v1_t by layer t; claim 1)"
-            )
-        if name == f"gamma_{mode}":
-            return f"token-mean gamma_t = |corr(x, v1_t)| after layer t, mode {mode}"
+        for m in _layer_trends():
+            if name == f"{m.headline}_{mode}":
+                return (
+                    f"{m.headline_text} at layer t, mode {mode} ({m.description}; "
+                    f"claim {m.trend.claim})"
+                )
     return _DESCRIPTIONS.get(name, name)
 
 
 def layer_table_caption() -> str:
     """The caption of ``layers.csv``/``layers.md``."""
+    labels = " and ".join(m.label for m in _layer_trends())
     return (
         "Every model and layer (layers 1..L, blocks 0-based): lambda_1 of F_t = W_O W_V and "
-        "its kind, gap/|lambda_1|, the spectral radius and its sign, rho - null and gamma per "
+        f"its kind, gap/|lambda_1|, the spectral radius and its sign, {labels} per "
         "propagation mode, and the random-weight twin's values beside them (twin_*)."
     )
 

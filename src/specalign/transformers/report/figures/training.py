@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from specalign.transformers.metric_table import Metric, trends
 from specalign.transformers.report.claims import GAMMA_CONVERGED, SMALL_GAP
 from specalign.transformers.report.figures.style import line_band
 from specalign.transformers.report.series import BAND
@@ -29,10 +30,60 @@ def _step_unscale(value: np.ndarray) -> np.ndarray:
     return np.exp2(np.asarray(value, dtype=float)) - 1.0
 
 
-#: The panels in reading order: does the model learn, does the tilt appear, does the
-#: prolonged run converge, then the spectra and steering.
-_PANEL_ORDER = ("loss", "tilt", "gamma", "prolonged", "gaps", "radius", "steer")
+#: The panels in reading order: does the model learn, does the tilt appear (the
+#: metric table's trends, a panel each as they declare), does the prolonged run
+#: converge, then the spectra and steering.
+_PANEL_ORDER = ("loss", "trends", "prolonged", "gaps", "radius", "steer")
 _COLUMNS = 3
+
+
+def _trend_panels() -> dict[str, list[Metric]]:
+    """The metric table's trends by the series panel they are drawn in, the panels in
+    the order of their first trend's rank, each panel's trends in rank order."""
+    out: dict[str, list[Metric]] = {}
+    for m in trends():
+        out.setdefault(m.trend.panel, []).append(m)
+    return out
+
+
+def _trend_title(metrics: list[Metric]) -> str:
+    """A trend panel's title: the claim, and which line is which."""
+    first, rest = metrics[0], metrics[1:]
+    parts = [first.label + (" (solid)" if rest else "")]
+    parts += [f"{m.label} (dashed{', band' if m.trend.band else ''})" for m in rest]
+    if first.trend.null == "beside":
+        parts.append("null dashed gray")
+    return f"({first.trend.claim}) " + ", ".join(parts)
+
+
+def _trend_panel(ax: Any, ds: xr.Dataset, x: np.ndarray, metrics: list[Metric], null0: Any) -> None:
+    """One panel of trends per mode: the first trend's headline solid and marked, with
+    its band and its null beside it (gray dashed) where it has them, its step-0 value
+    dotted; the others dashed in the mode's colour, with their bands."""
+    first, rest = metrics[0], metrics[1:]
+    for mode in ds["mode"].values:
+        y = ds[first.headline].sel(mode=mode).values
+        if first.trend.band:
+            line = line_band(
+                ax, x, y, ds[f"{first.name}_lo"].sel(mode=mode),
+                ds[f"{first.name}_hi"].sel(mode=mode), alpha=0.2, band_lw=None, marker="o",
+                ms=3, label=str(mode),
+            )  # fmt: skip
+        else:
+            (line,) = ax.plot(x, y, marker="o", ms=3, label=str(mode))
+        color = line.get_color()
+        if first.trend.null == "beside":
+            ax.plot(x, ds[f"{first.name}_null"].sel(mode=mode), color="0.35", lw=0.8, ls="--")
+        null0(ax, y, color)
+        for m in rest:
+            if m.trend.band:
+                ax.fill_between(
+                    x, ds[f"{m.name}_lo"].sel(mode=mode), ds[f"{m.name}_hi"].sel(mode=mode),
+                    color=color, alpha=0.15,
+                )  # fmt: skip
+            ax.plot(x, ds[m.headline].sel(mode=mode), ls="--", color=color, lw=1)
+    if first.trend.null == "excess":
+        ax.axhline(0, color="0.35", lw=0.8)  # an excess's null
 
 
 def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
@@ -41,12 +92,15 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
     its value, drawn as a dotted line, the null of every curve."""
     import matplotlib.pyplot as plt
 
-    present = {"tilt", "gamma", "gaps", "radius", "steer"}
+    trend_panels = _trend_panels()
+    present = {*trend_panels, "gaps", "radius", "steer"}
     if "final_gamma" in ds:
         present.add("prolonged")
     if "heldout_loss" in ds:
         present.add("loss")
-    panels = [p for p in _PANEL_ORDER if p in present]
+    panels = [
+        q for p in _PANEL_ORDER for q in (trend_panels if p == "trends" else [p]) if q in present
+    ]
     rows = -(-len(panels) // _COLUMNS)
     fig, grid = plt.subplots(
         rows, _COLUMNS, figsize=(4.2 * _COLUMNS, 3.3 * rows), squeeze=False, layout="constrained"
@@ -69,33 +123,10 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
             ax.axhline(y[at0], color=color, ls=":", lw=1)
 
     for ax, panel in zip(grid.flat, panels, strict=False):
-        if panel == "tilt":
-            for mode in ds["mode"].values:
-                y = ds["rho_minus_null"].sel(mode=mode).values
-                (line,) = ax.plot(x, y, marker="o", ms=3, label=str(mode))
-                null0(ax, y, line.get_color())
-                p = ds["psi"].sel(mode=mode)
-                ax.fill_between(
-                    x,
-                    ds["psi_lo"].sel(mode=mode),
-                    ds["psi_hi"].sel(mode=mode),
-                    color=line.get_color(),
-                    alpha=0.15,
-                )
-                ax.plot(x, p, ls="--", color=line.get_color(), lw=1)
-            ax.axhline(0, color="0.35", lw=0.8)
-            setup(ax, "(1) rho - null (solid), psi (dashed, band)")
+        if panel in trend_panels:
+            _trend_panel(ax, ds, x, trend_panels[panel], null0)
+            setup(ax, _trend_title(trend_panels[panel]))
             ax.legend(fontsize=6)
-        elif panel == "gamma":
-            for mode in ds["mode"].values:
-                y = ds["gamma"].sel(mode=mode).values
-                line = line_band(
-                    ax, x, y, ds["gamma_lo"].sel(mode=mode), ds["gamma_hi"].sel(mode=mode),
-                    alpha=0.2, band_lw=None, marker="o", ms=3, label=str(mode),
-                )  # fmt: skip
-                ax.plot(x, ds["gamma_null"].sel(mode=mode), color="0.35", lw=0.8, ls="--")
-                null0(ax, y, line.get_color())
-            setup(ax, "(1) gamma = |cos(x, v1)|; null dashed")
         elif panel == "gaps":
             for name, label in (
                 ("frac_small_gap", f"gap/|l1| < {SMALL_GAP:g}"),
