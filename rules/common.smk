@@ -6,9 +6,9 @@ from pathlib import Path
 
 from specalign import layout
 from specalign.commutators.data.uci import DATASETS
-from specalign.commutators.figures import FIGURES
+from specalign.commutators.report.figures import FIGURES
 from specalign.commutators.settings import experiment_config
-from specalign.commutators.tables import TABLES
+from specalign.commutators.report.tables import TABLES
 from specalign.config import (
     OVERRIDE_HINT,
     ConfigError,

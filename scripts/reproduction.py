@@ -2,7 +2,7 @@
 
 from specalign import io
 from specalign.commutators import contracts
-from specalign.commutators import reproduction as commutators
+from specalign.commutators.report import reproduction as commutators
 from specalign.output import markdown_html
 from specalign.transformers.report import reproduction as transformers
 from specalign.workflow import param_json, run_script

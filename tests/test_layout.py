@@ -2,9 +2,10 @@
 (lazy imports inside functions included), so that the drawing in each package's
 ``__init__`` stays true:
 
-* the transformer study's stages (``specalign.transformers.STAGES``, the data's order
-  through the DAG) import no later stage, and the study's common modules (the modules
-  directly in ``specalign/transformers/``) import no stage;
+* each study's stages (``specalign.transformers.STAGES``,
+  ``specalign.commutators.STAGES``: the data's order through the DAG) import no later
+  stage, and a study's common modules (the modules directly in its folder, but for its
+  ``settings``) import no stage;
 * nothing imports a study's ``settings`` but the workflow and the entry points, since a
   study's settings stand above its stages;
 * a shared module (``specalign/*.py``) imports no study: only the entry points (the
@@ -19,11 +20,21 @@ from pathlib import Path
 
 import pytest
 
+from specalign import commutators, transformers
 from specalign.fingerprint import PACKAGE_DIR, imported_names, module_path
-from specalign.transformers import STAGES
 
 ENTRY_POINTS = {"specalign.cli", "specalign.api"}
 STUDIES = ("specalign.transformers", "specalign.commutators")
+#: Each study's stages, in order.
+STAGES = {
+    "specalign.transformers": transformers.STAGES,
+    "specalign.commutators": commutators.STAGES,
+}
+#: Each study's common ground: the modules directly in its folder that every stage reads.
+COMMON = {
+    "specalign.transformers": {"weights", "variables", "metric_table", "lineage"},
+    "specalign.commutators": {"contracts"},
+}
 
 
 def _name(path: Path) -> str:
@@ -48,38 +59,44 @@ def _imports(name: str, path: Path) -> set[str]:
 IMPORTS = {name: _imports(name, path) for name, path in _modules().items()}
 
 
+def _study(name: str) -> str | None:
+    return next((st for st in STUDIES if name.startswith(st + ".")), None)
+
+
 def _stage(name: str) -> str | None:
-    """The transformer stage a module is in; "" for the study's common modules; None
+    """The stage of its study a module is in; "" for the study's common modules; None
     outside the stages (another package, the study's settings or its __init__)."""
-    prefix = "specalign.transformers."
-    if not name.startswith(prefix) or name == "specalign.transformers.settings":
+    study = _study(name)
+    if study is None or name == f"{study}.settings":
         return None
-    first = name[len(prefix) :].split(".")[0]
-    return first if first in STAGES else ""
+    first = name[len(study) + 1 :].split(".")[0]
+    return first if first in STAGES[study] else ""
 
 
-def test_every_stage_is_a_package_and_every_module_in_one():
-    base = PACKAGE_DIR / "transformers"
-    assert [p.name for p in sorted(base.iterdir()) if p.is_dir() and p.name in STAGES]
-    for stage in STAGES:
-        assert (base / stage / "__init__.py").is_file(), stage
-        doc = (base / stage / "__init__.py").read_text()
-        assert "May import" in doc, f"{stage}/__init__.py must say what it may import"
-    loose = {p.stem for p in base.glob("*.py")} - {"__init__", "settings"}
-    assert loose == {"weights", "variables", "metric_table", "lineage"}, (
-        "a module directly in specalign/transformers is common ground of every stage; "
-        f"put a stage's module in its stage: {sorted(loose)}"
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_stage_says_what_it_may_import_and_every_module_is_in_one(study):
+    base = PACKAGE_DIR / study.split(".")[1]
+    for stage in STAGES[study]:
+        # a stage is a package, or a module when it is one module
+        init = base / stage / "__init__.py"
+        path = init if init.is_file() else base / f"{stage}.py"
+        assert path.is_file(), f"{study}: stage {stage} is neither a package nor a module"
+        assert "May import" in path.read_text(), f"{path} must say what the stage may import"
+    loose = {p.stem for p in base.glob("*.py")} - {"__init__", "settings", *STAGES[study]}
+    assert loose == COMMON[study], (
+        f"a module directly in {base} is common ground of every stage; "
+        f"put a stage's module in its stage: {sorted(loose - COMMON[study])}"
     )
 
 
 @pytest.mark.parametrize("name", sorted(n for n in IMPORTS if _stage(n) is not None))
 def test_no_stage_imports_a_later_one(name):
-    here = _stage(name)
-    rank = {"": -1, **{s: i for i, s in enumerate(STAGES)}}
+    here, study = _stage(name), _study(name)
+    rank = {"": -1, **{s: i for i, s in enumerate(STAGES[study])}}
     for target in IMPORTS[name]:
-        there = _stage(target)
+        there = _stage(target) if _study(target) == study else None
         if there is None:
-            assert target != "specalign.transformers.settings", f"{name} imports {target}"
+            assert not target.endswith(".settings"), f"{name} imports {target}"
             continue
         assert rank[there] <= rank[here], (
             f"{name} (stage {here or 'common'}) imports {target} "
@@ -140,5 +157,8 @@ def test_the_rules_catch_a_violation():
     assert _stage("specalign.transformers.report.tables") == "report"
     assert _stage("specalign.transformers.weights") == ""
     assert _stage("specalign.transformers.settings") is None
+    assert _stage("specalign.commutators.train") == "train"
+    assert _stage("specalign.commutators.report.tables") == "report"
+    assert _stage("specalign.commutators.contracts") == ""
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set()}) is None

@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from specalign import figstyle
-from specalign.commutators import contracts, figures
+from specalign.commutators import contracts
+from specalign.commutators.report import figures
 from specalign.output import save_figure, write_caption
 from specalign.workflow import log, param_json, run_script
 

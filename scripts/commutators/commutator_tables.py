@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from specalign.commutators import contracts, tables
+from specalign.commutators import contracts
+from specalign.commutators.report import tables
 from specalign.output import write_table
 from specalign.workflow import log, run_script
 

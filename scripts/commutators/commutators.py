@@ -1,6 +1,7 @@
 """Commutator diagnostics of every stored checkpoint of one ensemble."""
 
-from specalign.commutators import contracts, diagnostics
+from specalign.commutators import contracts
+from specalign.commutators.measure import diagnostics
 from specalign.io import write_netcdf
 from specalign.workflow import log, param_json, run_script
 

@@ -13,8 +13,8 @@ import warnings
 import numpy as np
 import pytest
 
-from specalign.commutators import analytic
-from specalign.commutators.defects import (
+from specalign.commutators.measure import analytic
+from specalign.commutators.measure.defects import (
     G_D,
     G_Q,
     G_S,
@@ -28,14 +28,14 @@ from specalign.commutators.defects import (
     residual,
     safe_divide,
 )
-from specalign.commutators.diagnostics import (
+from specalign.commutators.measure.diagnostics import (
     LAYER_KEYS,
     LOCAL_KEYS,
     VARIABLE_INFO,
     VARIABLES,
     evaluate,
 )
-from specalign.commutators.localize import (
+from specalign.commutators.measure.localize import (
     localized_energy,
     localized_energy_gate,
     localized_energy_rank_one,
@@ -43,8 +43,8 @@ from specalign.commutators.localize import (
     reliable_boundaries,
     spectral_decomposition,
 )
-from specalign.commutators.network import forward
-from specalign.commutators.recursion import four_sources, source_geometry
+from specalign.commutators.measure.network import forward
+from specalign.commutators.measure.recursion import four_sources, source_geometry
 
 KBETA = ((1, 0), (2, 1))
 NORMALISED = (
@@ -290,7 +290,7 @@ def test_recursion_check_can_fail():
 def test_evaluate_warns_when_an_identity_breaks(monkeypatch):
     import dataclasses
 
-    import specalign.commutators.diagnostics as diagnostics
+    import specalign.commutators.measure.diagnostics as diagnostics
 
     def broken(*args):
         src = four_sources(*args)

@@ -17,13 +17,13 @@ import pytest
 import xarray as xr
 
 from specalign import io
-from specalign.commutators import figures as C
-from specalign.commutators import paper as P
-from specalign.commutators import reproduction as R
-from specalign.commutators import tables as T
-from specalign.commutators.claims import differs
 from specalign.commutators.contracts import load_experiments
-from specalign.commutators.runs import find_one, seed_values
+from specalign.commutators.report import figures as C
+from specalign.commutators.report import paper as P
+from specalign.commutators.report import reproduction as R
+from specalign.commutators.report import tables as T
+from specalign.commutators.report.claims import differs
+from specalign.commutators.report.runs import find_one, seed_values
 from specalign.output import save_figure, write_table
 
 CHECKPOINTS = ("r<=1e-1", "r<=1e-2", "r<=1e-3", "r<=1e-4", "t=0", "t=50", "t=100")

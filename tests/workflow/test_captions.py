@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specalign.commutators.figures import FIGURES
-from specalign.commutators.tables import TABLES
+from specalign.commutators.report.figures import FIGURES
+from specalign.commutators.report.tables import TABLES
 from specalign.transformers.report.figures import MODEL_FIGURES, OVERVIEW_FIGURES
 from specalign.transformers.report.tables import MODEL_TABLES
 

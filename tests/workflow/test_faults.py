@@ -815,7 +815,7 @@ def test_bitflip_in_dataset_is_caught_by_checksum(reference, tmp_path, faults):
 
 
 def test_diverged_seeds_recorded_and_excluded(reference, faults):
-    from specalign.commutators.runs import seed_values
+    from specalign.commutators.report.runs import seed_values
     from specalign.commutators.train import DIVERGENCE_FACTOR
 
     exp = "blowup"

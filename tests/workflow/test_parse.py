@@ -22,7 +22,7 @@ def test_parsing_the_workflow_imports_no_plotting_library():
     """The figure modules name their figures at import; matplotlib (about 1 s) is
     imported when a figure is drawn (specalign.lazy)."""
     modules = _imported_by_rules()
-    assert "specalign.commutators.figures" in modules  # the case this guards
+    assert "specalign.commutators.report.figures" in modules  # the case this guards
     code = (
         "import sys\n"
         f"for m in {modules!r}: __import__(m)\n"

@@ -83,7 +83,7 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
     "module, expected",
     [
         # the four-source recursion: every ensemble is re-diagnosed, training is kept
-        ("commutators/recursion.py", DIAGNOSE),
+        ("commutators/measure/recursion.py", DIAGNOSE),
         # the trainer: every ensemble retrains, the data are kept
         ("commutators/train.py", TRAIN),
         # trajectories.h5 and diagnostics.nc read/write (was mlp/ensemble.py with the
@@ -92,11 +92,11 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
         # the data kernel: everything from the samples on
         ("commutators/data/synthetic.py", {"prepare_data"} | TRAIN),
         # the commutator figures: those only, no transformer job
-        ("commutators/figures.py", {"commutator_figure"}),
+        ("commutators/report/figures.py", {"commutator_figure"}),
         # run selection and seed statistics: every commutator table and figure
-        ("commutators/runs.py", COMMUTATOR_SUMMARIES),
+        ("commutators/report/runs.py", COMMUTATOR_SUMMARIES),
         # the materiality rule: the tables and the report, not the figures
-        ("commutators/claims.py", {"commutator_tables", "reproduction"}),
+        ("commutators/report/claims.py", {"commutator_tables", "reproduction"}),
         # the shared figure and table writers: every table and figure of both studies
         # (save_figure used to live in the commutator figures, whose edit missed the
         # transformer figures)
@@ -137,7 +137,7 @@ def test_module_edit_reruns_the_rules_that_reach_it(copied, finished_run, module
         ("scripts/commutators/prepare_data.py", {"prepare_data"} | TRAIN),
         ("scripts/commutators/commutator_figure.py", {"commutator_figure"}),
         # a module: its content is fingerprinted, its mtime is not looked at
-        ("src/specalign/commutators/recursion.py", set()),
+        ("src/specalign/commutators/measure/recursion.py", set()),
     ],
 )
 def test_touching_a_file_without_changing_it(copied, finished_run, path, expected):

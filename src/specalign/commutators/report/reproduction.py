@@ -1,10 +1,10 @@
 """The commutator half of ``results/reproduction.md``: every published Section 10 number
 of Nyström (arXiv:2608.22910) beside ours.
 
-The rows come from :mod:`specalign.commutators.tables` (one :class:`Section` per paper
+The rows come from :mod:`specalign.commutators.report.tables` (one :class:`Section` per paper
 table, the identity residuals); this module renders them as one markdown document with
 a plain sentence for every number where ours differs materially under the rule of
-:func:`specalign.commutators.claims.differs`, stated in the document and fixed in
+:func:`specalign.commutators.report.claims.differs`, stated in the document and fixed in
 advance: nothing is tuned to agree.
 """
 
@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from specalign import io
-from specalign.commutators import paper as P
-from specalign.commutators.claims import (
+from specalign.commutators.report import paper as P
+from specalign.commutators.report.claims import (
     MATERIAL_ABS_BOUNDED,
     MATERIAL_REL,
     MATERIAL_REL_SPREAD,
     RESIDUAL_ROUNDING,
 )
-from specalign.commutators.runs import Experiments, dataset_label
-from specalign.commutators.tables import SECTIONS, Section, identity_residuals
+from specalign.commutators.report.runs import Experiments, dataset_label
+from specalign.commutators.report.tables import SECTIONS, Section, identity_residuals
 from specalign.output import fmt_number
 
 #: Numbers in the document: 4 significant digits, an empty cell where undefined.

@@ -14,9 +14,11 @@ the angle ``theta = arccos(rho)`` between the neurons:
   positive in between, so a trajectory joining the two must pass through growth.
 
 The Monte Carlo estimators deliberately run the production path
-(:func:`~specalign.commutators.network.forward`, :func:`~specalign.commutators.defects.gate_energy`,
-:func:`~specalign.commutators.defects.coactivation`, :func:`~specalign.commutators.defects.Qbar`)
-on sampled inputs, so agreement with the closed forms validates those kernels.
+(:func:`~specalign.commutators.measure.network.forward`,
+:func:`~specalign.commutators.measure.defects.gate_energy`,
+:func:`~specalign.commutators.measure.defects.coactivation`,
+:func:`~specalign.commutators.measure.defects.Qbar`) on sampled inputs, so agreement with
+the closed forms validates those kernels.
 """
 
 from __future__ import annotations
@@ -25,8 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specalign.commutators.defects import Qbar, coactivation, gate_energy, gate_energy_pointwise
-from specalign.commutators.network import forward
+from specalign.commutators.measure.defects import (
+    Qbar,
+    coactivation,
+    gate_energy,
+    gate_energy_pointwise,
+)
+from specalign.commutators.measure.network import forward
 
 __all__ = [
     "neuron_cosine",

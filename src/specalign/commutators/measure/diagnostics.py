@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import xarray as xr
 
-from specalign.commutators.defects import (
+from specalign.commutators.measure.defects import (
     G_D,
     G_Q,
     G_S,
@@ -47,7 +47,7 @@ from specalign.commutators.defects import (
     residual,
     transpose,
 )
-from specalign.commutators.localize import (
+from specalign.commutators.measure.localize import (
     localized_energy,
     localized_energy_gate,
     localized_energy_rank_one,
@@ -55,8 +55,8 @@ from specalign.commutators.localize import (
     reliable_boundaries,
     spectral_decomposition,
 )
-from specalign.commutators.network import Forward, check_weights, forward
-from specalign.commutators.recursion import Sources, four_sources, source_geometry
+from specalign.commutators.measure.network import Forward, check_weights, forward
+from specalign.commutators.measure.recursion import Sources, four_sources, source_geometry
 
 __all__ = ["Variable", "VARIABLE_INFO", "VARIABLES", "LAYER_KEYS", "LOCAL_KEYS", "evaluate"]
 

@@ -3,8 +3,8 @@ Section 10): when ours *differs* from a published number, and when an exact iden
 residual is floating-point rounding.
 
 The rules are fixed in advance and never adjusted to a result; the tables
-(:mod:`specalign.commutators.tables`) apply them to every row and the reproduction
-report (:mod:`specalign.commutators.reproduction`) states them.
+(:mod:`specalign.commutators.report.tables`) apply them to every row and the reproduction
+report (:mod:`specalign.commutators.report.reproduction`) states them.
 """
 
 from __future__ import annotations

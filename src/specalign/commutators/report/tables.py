@@ -4,18 +4,18 @@ Input is ``experiments: dict[str, xr.Dataset]``, each a loaded
 ``results/commutators/{experiment}/diagnostics.nc``. A paper row is matched to a run
 by the run's attributes, never by its name, and summarised over the active seeds of
 that run (paper Sec. 10.1: diverged, unreached and undefined entries left out and
-counted): both in :mod:`specalign.commutators.runs`. Whether ours differs from the
-paper's number is decided by the rules of :mod:`specalign.commutators.claims`.
+counted): both in :mod:`specalign.commutators.report.runs`. Whether ours differs from the
+paper's number is decided by the rules of :mod:`specalign.commutators.report.claims`.
 
 Every table is tidy: one row per published number, with columns ``quantity``,
 ``statistic``, the row's descriptors (layer, width, dataset, c, ...), ``ours``,
 ``ours_sd``, ``ci_low``/``ci_high`` (percentile bootstrap over seeds, 95 %), ``n``
 (the seeds that entered), ``n_diverged``, ``n_unreached``, ``paper``, ``diff``
 (ours - paper), ``rel_diff``, ``differs`` (the stated materiality rule,
-:func:`specalign.commutators.claims.differs`) and ``matched`` (the run's experiment
+:func:`specalign.commutators.report.claims.differs`) and ``matched`` (the run's experiment
 name). A table none of whose experiments is in the run is ``None``; a row whose
 experiment is absent is left out of the table (it is listed as "not run" in
-:func:`specalign.commutators.reproduction.reproduction_markdown`, which shows every
+:func:`specalign.commutators.report.reproduction.reproduction_markdown`, which shows every
 published number).
 """
 
@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from specalign.commutators import paper as P
-from specalign.commutators.claims import at_rounding_level, differs, rule_for
-from specalign.commutators.runs import (
+from specalign.commutators.report import paper as P
+from specalign.commutators.report.claims import at_rounding_level, differs, rule_for
+from specalign.commutators.report.runs import (
     DATASET_NAMES,
     Experiments,
     Run,

@@ -1,7 +1,7 @@
 """Figures 1-5 of Nyström (arXiv:2608.22910), Section 10, from ``diagnostics.nc`` runs.
 
 Every function takes ``experiments: dict[str, xr.Dataset]`` (loaded diagnostics),
-finds its runs by attributes through :mod:`specalign.commutators.runs` (never by name), and
+finds its runs by attributes through :mod:`specalign.commutators.report.runs` (never by name), and
 returns ``(Figure, caption)``, or ``None`` when none of the runs it needs is present.
 Seed summaries follow the active-seed convention of that module, as the tables do:
 diverged seeds, seeds that did not reach the checkpoint and undefined (NaN) entries are
@@ -24,8 +24,8 @@ import pandas as pd
 import xarray as xr
 
 from specalign import figstyle
-from specalign.commutators import paper as P
-from specalign.commutators.runs import Experiments, benchmark_runs, seed_frame, synthetic_run
+from specalign.commutators.report import paper as P
+from specalign.commutators.report.runs import Experiments, benchmark_runs, seed_frame, synthetic_run
 from specalign.lazy import LazyModule
 from specalign.output import placeholder_figure
 
