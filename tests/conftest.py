@@ -175,8 +175,14 @@ def gpt2_run(repo, tmp_path_factory):
         "commutators": {
             "training": {"lr": 0.05, "iterations": 200, "risk_levels": [0.1], "times": [5]},
             "experiments": {
-                "tiny_synthetic": {"kind": "synthetic", "hidden": 2, "width": 8, "seeds": 2,
-                                   "n_train": 20, "n_diag": 16},
+                "tiny_synthetic": {
+                    "kind": "synthetic",
+                    "hidden": 2,
+                    "width": 8,
+                    "seeds": 2,
+                    "n_train": 20,
+                    "n_diag": 16,
+                },
             },
         },  # fmt: skip
         "transformers": {

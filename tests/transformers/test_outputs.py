@@ -871,3 +871,29 @@ def test_a_trend_that_reads_what_its_metric_lacks_is_refused(change, words):
 
     with pytest.raises(ValueError, match=words):
         replace(mt.by_name("gamma"), **change)
+
+
+@pytest.mark.parametrize(
+    ("family", "labels"),
+    [
+        ("bert", ["train (targets as trained, a tenth in view)", "held-out (hidden tokens)"]),
+        ("gpt2", ["train", "held-out (next tokens)"]),
+    ],
+)
+def test_the_loss_panel_says_which_positions_each_loss_is_taken_at(data, family, labels):
+    """A masked LM's training loss includes targets in view and its held-out loss only
+    hidden ones: the legend says so, so that the gap between them is not read as
+    overfitting."""
+    from specalign.transformers.report import series
+    from specalign.transformers.report.figures import training as tfig
+
+    sp, pr, st = data["spectra"]["tiny"], data["prop"]["tiny"], data["steer"]["tiny"]
+    ds = series.series_dataset("s", [0, 8], [sp, sp], [pr, pr], [st, st])
+    ds = ds.assign(
+        train_loss=("step", [5.0, 4.0]), heldout_loss=("step", [5.1, 4.5]),
+        heldout_unigram_entropy=4.8,
+    )  # fmt: skip
+    ds.attrs["family"] = family
+    fig, _ = tfig.series_figure(ds)
+    (loss,) = [ax for ax in fig.axes if ax.get_title().startswith("held-out loss")]
+    assert [t.get_text() for t in loss.get_legend().get_texts()][:2] == labels

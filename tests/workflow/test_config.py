@@ -318,6 +318,30 @@ def test_series_empty_corpus_file(base, tmp_path):
         validate_config(_with_series(base, s=series))
 
 
+@pytest.mark.parametrize("kind", ["empty", "blank", "missing", "latin1", "folder", "unset"])
+def test_series_corpus_file_is_refused_at_validation_as_the_job_would(base, tmp_path, kind):
+    """Validation reads a corpus file with the job's own reader: each file the job would
+    refuse is refused before any job, in the job's words under the series' key."""
+    from specalign.transformers.train import training
+
+    path = tmp_path / "corpus.txt"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "blank":
+        path.write_text("  \n\n \n")
+    elif kind == "latin1":
+        path.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    elif kind == "folder":
+        path.mkdir()
+    corpus = {"kind": "file", "path": None if kind == "unset" else str(path)}
+    with pytest.raises(training.TrainingError) as job:
+        training.corpus_documents(corpus)
+    series = dict(source="trained", corpus=corpus)
+    with pytest.raises(ConfigError) as checked:
+        validate_config(_with_series(base, s=series))
+    assert f"transformers.series.s.{job.value}" in str(checked.value)
+
+
 # ------------------------------------------------------------------ --config overrides
 
 

@@ -137,15 +137,11 @@ def _series_problems(tcfg: Mapping[str, Any]) -> list[str]:
                 )
         corpus = spec["corpus"]
         if corpus["kind"] == "file":
-            path = Path(str(corpus.get("path") or ""))
-            text, problem = (
-                read_text_setting(path) if corpus.get("path") else (None, "is not given")
-            )
-            if problem:
-                problems.append(f"{key}.corpus.path: {str(corpus.get('path'))!r} {problem}")
-                continue
-            if not text.strip():
-                problems.append(f"{key}.corpus.path: {str(path)!r} is empty")
+            # the job's own reader, so that validation refuses what the job would
+            try:
+                training.corpus_documents(corpus)
+            except training.TrainingError as exc:
+                problems.append(f"{key}.{exc}")
                 continue
         try:
             limit = _vocabulary_limit(

@@ -107,9 +107,12 @@ def corpus_documents(corpus: Mapping[str, Any]) -> list[tuple[str, str]]:
             raise TrainingError(str(exc)) from None
     elif kind == "file":
         path = Path(str(corpus.get("path") or ""))
-        text, problem = read_text_setting(path) if corpus.get("path") else (None, "is not given")
+        given = corpus.get("path")
+        text, problem = read_text_setting(path) if given else (None, "is not given")
         if problem:
-            raise TrainingError(f"corpus.path: {str(path)!r} {problem}")
+            raise TrainingError(f"corpus.path: {str(given)!r} {problem}")
+        if not text.strip():
+            raise TrainingError(f"corpus.path: {str(given)!r} is empty")
         # line ends as text mode reads them (CRLF and CR as LF): the documents, and so the
         # corpus' digest and the trained weights, do not depend on the file's line ends
         text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -678,19 +681,20 @@ def train_run(
     import torch.utils.deterministic
     from transformers.utils import logging as hf_logging
 
+    # what the run changes in the process, kept first and given back in any case
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    # save_pretrained draws a progress bar per checkpoint: dozens of bars in the job's log
     bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.set_num_threads(max(1, int(run.get("threads", 1))))
-    torch.use_deterministic_algorithms(True)
-    torch.utils.deterministic.fill_uninitialized_memory = _FILL_NEW_TENSORS  # type: ignore[attr-defined]
-    if device.startswith("cuda"):
-        # deterministic cuBLAS needs a fixed workspace, set before CUDA starts
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     try:
+        # save_pretrained draws a progress bar per checkpoint: dozens of bars in the log
+        hf_logging.disable_progress_bar()
+        torch.set_num_threads(max(1, int(run.get("threads", 1))))
+        torch.use_deterministic_algorithms(True)
+        torch.utils.deterministic.fill_uninitialized_memory = _FILL_NEW_TENSORS  # type: ignore[attr-defined]
+        if device.startswith("cuda"):
+            # deterministic cuBLAS needs a fixed workspace, set before CUDA starts
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         return _train(run, Path(out_dir), log, device)
     finally:
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)

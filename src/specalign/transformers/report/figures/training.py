@@ -13,6 +13,7 @@ from specalign.transformers.metric_table import Metric, trends
 from specalign.transformers.report.claims import GAMMA_CONVERGED, SMALL_GAP
 from specalign.transformers.report.figures.style import line_band
 from specalign.transformers.report.series import BAND
+from specalign.transformers.train.training import FAMILIES
 
 
 def _x(steps: np.ndarray) -> np.ndarray:
@@ -186,8 +187,15 @@ def series_figure(ds: xr.Dataset) -> tuple[Any, str]:
             setup(ax, "(2) prolonged: final gamma, rate")
             ax.legend(fontsize=5)
         elif panel == "loss":
-            ax.plot(x, ds["train_loss"], marker="o", ms=3, label="train")
-            ax.plot(x, ds["heldout_loss"], marker="s", ms=3, label="held-out")
+            # a masked LM trains on targets a tenth of which it sees, and is held out
+            # on hidden ones: the two curves measure different things, and say so
+            masked = FAMILIES.get(str(ds.attrs.get("family", ""))) == "masked_lm"
+            train_label = "train (targets as trained, a tenth in view)" if masked else "train"
+            ax.plot(x, ds["train_loss"], marker="o", ms=3, label=train_label)
+            ax.plot(
+                x, ds["heldout_loss"], marker="s", ms=3,
+                label="held-out (hidden tokens)" if masked else "held-out (next tokens)",
+            )  # fmt: skip
             ax.axhline(
                 float(ds["heldout_unigram_entropy"]), color="0.35", ls="--", label="unigram entropy"
             )
