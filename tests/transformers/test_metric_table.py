@@ -143,3 +143,12 @@ def test_the_docs_table_is_the_metric_table_s(repo: Path) -> None:
 def test_a_name_not_in_the_table_is_refused_naming_the_known_ones():
     with pytest.raises(KeyError, match="gamma"):
         metric_table.by_name("gama")
+
+
+def test_the_trends_have_one_order():
+    """Their rank orders the columns of training.csv and layers.csv and the bands'
+    draws: two trends of one rank would leave that order to the table's."""
+    ranks = [m.trend.rank for m in metric_table.trends()]
+    assert len(ranks) == len(set(ranks)) and ranks == sorted(ranks)
+    names = [v for m in metric_table.trends() for v in m.trend_variables]
+    assert len(names) == len(set(names)), "two trends write one variable of training.nc"
