@@ -31,14 +31,13 @@ metrics by name, since each claim is about those three.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
-
-from specalign.output import nanmean
 
 __all__ = [
     "METRICS",
@@ -460,9 +459,14 @@ def layer_values(ds: Any, metric: Metric, suffix: str = "") -> np.ndarray:
     the metric's value at the layer (its token or prompt mean; NaN where all are NaN),
     read from the variable ``metric.name + suffix`` (``"_null"`` for its null)."""
     da = ds[metric.name + suffix]
+    values = np.asarray(da.values, dtype=float)
     if metric.per in ("token", "prompt"):
-        return nanmean(da.values, axis=da.get_axis_num(metric.per))
-    return np.asarray(da.values, dtype=float)
+        # not specalign.output's nanmean: every rule reads this module, and an edit of
+        # the figure and table writers must not rerun the kernels
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a layer of NaN only is NaN
+            return np.nanmean(values, axis=da.get_axis_num(metric.per))
+    return values
 
 
 def headline_values(ds: Any, metric: Metric) -> np.ndarray:
