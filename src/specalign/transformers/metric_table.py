@@ -109,8 +109,9 @@ class LayerReading:
     after_v2: np.ndarray | None = None
     #: (d, 3): orthonormal basis (zero-padded) of F_t's principal subspace
     basis: np.ndarray | None = None
-    #: rows of an array prepared as ``rows_after`` is (centred, unit)
-    unit_rows: Callable[[np.ndarray], np.ndarray] | None = None
+    #: whether the correlation centres a row over its d components (Pearson) before
+    #: taking its norm, as ``rows_after`` was prepared
+    centred: bool = False
 
     @cached_property
     def psi(self) -> np.ndarray:
@@ -286,13 +287,26 @@ def _flat(a: np.ndarray) -> np.ndarray:
 
 
 def _corr_proj(r: LayerReading) -> np.ndarray:
-    """|corr(x^t, P x^t)|, P the orthogonal projection onto the principal subspace."""
-    assert r.state is not None and r.basis is not None and r.unit_rows is not None
-    assert r.rows_after is not None
-    d = r.state.shape[-1]
-    # two products through the (d, 3) basis, never a d x d projector
-    proj = (r.state.reshape(-1, d) @ r.basis) @ r.basis.T
-    return np.abs(np.einsum("md,md->m", r.rows_after.reshape(-1, d), r.unit_rows(proj)))
+    """|corr(x^t, P x^t)|, P = B B^T the orthogonal projection onto the principal
+    subspace (B its orthonormal basis, zero-padded to 3 columns).
+
+    From the coordinates c = B^T x alone, never a d-long projection per token: with B_c
+    the basis centred as the correlation centres a row (its column means taken off for
+    Pearson; B itself for cosine), P x as the correlation reads it is B_c c, so
+    corr = <u, B_c c> / |B_c c|, u the row's unit vector (``rows_after``) and
+    |B_c c|^2 = c^T (B_c^T B_c) c. NaN where P x is constant (zero under cosine), as
+    for a zero row."""
+    assert r.state is not None and r.basis is not None and r.rows_after is not None
+    B = r.basis
+    d = B.shape[0]
+    Bc = B - B.mean(axis=0) if r.centred else B
+    c = r.state.reshape(-1, d) @ B
+    num = np.einsum("mk,mk->m", r.rows_after.reshape(-1, d) @ Bc, c)
+    norm2 = np.einsum("mk,mk->m", c @ (Bc.T @ Bc), c)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.abs(num) / np.sqrt(norm2)
+    out[~(norm2 > 0)] = np.nan
+    return out
 
 
 #: The metrics, in the order of their columns in ``propagation.csv`` (each group of
