@@ -9,6 +9,11 @@ can fill (a tokenizer trained on 4.5 M characters, 6-10 s;
 named by the sha256 of everything it depends on (the caller's key text: contents and
 library versions, never a path or a time), so a changed input is a new key.
 
+Old keys are never read again, so a fact not read for :data:`UNUSED_DAYS` days is
+removed when a new fact of its kind is kept (a read marks a fact used). Only the
+files this module names (64 hex digits and ``.json``) are removed: anything else in
+the folder is left as it is.
+
 The folder: ``$SPECALIGN_CACHE`` (empty: keep nothing), else ``$XDG_CACHE_HOME/specalign``
 or ``~/.cache/specalign``, with one subfolder per kind of fact. A file that cannot be
 read is computed again and rewritten; a folder that cannot be written keeps nothing.
@@ -19,9 +24,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+#: A kept fact not read for this many days is removed when another of its kind is kept.
+UNUSED_DAYS = 90
+
+_NAME = re.compile(r"[0-9a-f]{64}\.json")
 
 
 def cache_folder(kind: str) -> Path | None:
@@ -42,13 +54,45 @@ def kept(kind: str, key: str, compute: Callable[[], dict[str, Any]]) -> dict[str
     path = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json" if folder else None
     if path is not None and path.is_file():
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            fact = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass  # unreadable: computed again, and rewritten
+        else:
+            _mark_used(path)
+            return fact
     fact = compute()
     if path is not None:
         _keep(path, fact)
+        _forget_unused(path.parent, keep=path)
     return fact
+
+
+def _mark_used(path: Path) -> None:
+    """A fact read now is in use: its modification time says when it was last read
+    (a day's resolution is enough, so a file read today is not touched again)."""
+    try:
+        if time.time() - path.stat().st_mtime > 86400:
+            os.utime(path)
+    except OSError:
+        pass  # a folder that cannot be written keeps its times
+
+
+def _forget_unused(folder: Path, keep: Path) -> None:
+    """Remove the facts of ``folder`` not read for :data:`UNUSED_DAYS` days (its own
+    file names only; ``keep``, just written, in any case)."""
+    cutoff = time.time() - UNUSED_DAYS * 86400
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if not _NAME.fullmatch(entry.name) or entry.name == keep.name:
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+        except OSError:
+            pass  # gone already, or not ours to remove
 
 
 def _keep(path: Path, fact: dict[str, Any]) -> None:
