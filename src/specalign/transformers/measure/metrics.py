@@ -108,15 +108,16 @@ def _unit_rows(X: np.ndarray, corr: Corr) -> np.ndarray:
     centred = corr == "pearson"
     if centred:
         X = X - X.mean(axis=-1, keepdims=True)
-    # the squared norms as one pass of row dot products (no squared temporary the size of
-    # the states: for the (T + 1, P, N, d) states of a 7B model it was 1.6 GB, issue 14),
-    # and one result array (the centred copy itself for Pearson), scaled by each row's
-    # reciprocal norm: 1.7x faster than norm and divide on a 7B model's (1000, 4096)
-    # state, the unit rows within 1e-16 of theirs (issue 33)
-    norm = np.sqrt(np.einsum("...d,...d->...", X, X))[..., None]
+    # the norms a leading slice at a time (each row's own sum: the same values), so that
+    # norm's squared temporary is a slice's, not the states'; and one result array (the
+    # centred copy itself for Pearson) rather than the quotient and its np.where copy:
+    # for the (T + 1, P, N, d) states of a 7B model each is 1.6 GB (issue 14)
+    if X.ndim > 2:
+        norm = np.stack([np.linalg.norm(x, axis=-1, keepdims=True) for x in X])
+    else:
+        norm = np.linalg.norm(X, axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        scale = 1.0 / np.where(norm > 0, norm, 1.0)
-    out = np.multiply(X, scale, out=X if centred else None)
+        out = np.divide(X, np.where(norm > 0, norm, 1.0), out=X if centred else None)
     out[~(norm[..., 0] > 0)] = np.nan
     return out
 
