@@ -897,3 +897,21 @@ def test_the_loss_panel_says_which_positions_each_loss_is_taken_at(data, family,
     fig, _ = tfig.series_figure(ds)
     (loss,) = [ax for ax in fig.axes if ax.get_title().startswith("held-out loss")]
     assert [t.get_text() for t in loss.get_legend().get_texts()][:2] == labels
+
+
+def test_a_trend_panel_named_as_a_fixed_panel_is_refused(data, monkeypatch):
+    """A trend's panel shares the series figure with its fixed panels (loss, gaps, ...):
+    one of their names would draw two things in one place, and is refused by name."""
+    from dataclasses import replace
+
+    from specalign.transformers import metric_table as mt
+    from specalign.transformers.report import series
+    from specalign.transformers.report.figures import training as tfig
+
+    psi = mt.by_name("psi")
+    moved = replace(psi, trend=replace(psi.trend, panel="gaps"))
+    monkeypatch.setattr(mt, "METRICS", tuple(moved if m is psi else m for m in mt.METRICS))
+    sp, pr, st = data["spectra"]["tiny"], data["prop"]["tiny"], data["steer"]["tiny"]
+    ds = series.series_dataset("s", [0, 8], [sp, sp], [pr, pr], [st, st])
+    with pytest.raises(ValueError, match="metric psi: its trend's panel 'gaps'"):
+        tfig.series_figure(ds)

@@ -43,6 +43,11 @@ def _trend_panels() -> dict[str, list[Metric]]:
     the order of their first trend's rank, each panel's trends in rank order."""
     out: dict[str, list[Metric]] = {}
     for m in trends():
+        if m.trend.panel in _PANEL_ORDER:
+            raise ValueError(
+                f"metric {m.name}: its trend's panel {m.trend.panel!r} is one of the series "
+                f"figure's own ({', '.join(_PANEL_ORDER)}); name another"
+            )
         out.setdefault(m.trend.panel, []).append(m)
     return out
 
