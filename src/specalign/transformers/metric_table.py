@@ -51,7 +51,6 @@ __all__ = [
     "by_name",
     "descriptions",
     "dims",
-    "headline_values",
     "layer_values",
     "other_variables",
     "table_columns",
@@ -227,9 +226,7 @@ class Metric:
         if self.per == "state":
             raise ValueError(f"metric {self.name}: a trend is a mean over layers")
         if t.layer_column and (
-            (self.per != "layer" and "mean" not in self.columns)
-            or (self.per == "layer" and not self.columns)
-            or (t.null and "_null" not in self.null_columns)
+            "mean" not in self.columns or (t.null and "_null" not in self.null_columns)
         ):
             raise ValueError(
                 f"metric {self.name}: a layer column is read from propagation.csv's "
@@ -245,17 +242,20 @@ class Metric:
         return self.column or self.name
 
     @property
+    def _excess(self) -> bool:
+        """Whether the trend's headline is the metric minus its random-direction null."""
+        return self.trend is not None and self.trend.null == "excess"
+
+    @property
     def headline(self) -> str:
         """The variable name of the trend's headline: the metric, or its excess over
         its random-direction null."""
-        excess = self.trend is not None and self.trend.null == "excess"
-        return f"{self.name}_minus_null" if excess else self.name
+        return f"{self.name}_minus_null" if self._excess else self.name
 
     @property
     def label(self) -> str:
         """The headline as a column title and a legend say it (``rho - null``)."""
-        excess = self.trend is not None and self.trend.null == "excess"
-        return f"{self.name} - null" if excess else self.name
+        return f"{self.name} - null" if self._excess else self.name
 
     @property
     def trend_variables(self) -> list[str]:
@@ -271,7 +271,7 @@ class Metric:
     def headline_text(self) -> str:
         """What the headline is at one layer, in words."""
         assert self.trend is not None
-        if self.trend.null == "excess":
+        if self._excess:
             return f"{self.trend.text} minus its random-direction null"
         return self.trend.text
 
@@ -481,15 +481,6 @@ def layer_values(ds: Any, metric: Metric, suffix: str = "") -> np.ndarray:
             warnings.simplefilter("ignore", RuntimeWarning)  # a layer of NaN only is NaN
             return np.nanmean(values, axis=da.get_axis_num(metric.per))
     return values
-
-
-def headline_values(ds: Any, metric: Metric) -> np.ndarray:
-    """Per layer of one mode's view ``ds``: the trend's headline (the value, or the
-    value minus its random-direction null)."""
-    v = layer_values(ds, metric)
-    if metric.trend is not None and metric.trend.null == "excess":
-        return v - layer_values(ds, metric, "_null")
-    return v
 
 
 def _variants(m: Metric) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ import numpy as np
 import xarray as xr
 
 from specalign.output import nanmean
-from specalign.transformers.metric_table import headline_values, layer_values, trends
+from specalign.transformers.metric_table import layer_values, trends
 from specalign.transformers.report.claims import (
     GAMMA_CONVERGED,
     RATE_TOL,
@@ -206,19 +206,19 @@ def _tilt_at(
         prompts = np.asarray(ds["token_prompt"].values)
         for metric in trends():
             trend = metric.trend
-            value = layer_values(ds, metric)
+            value = head = layer_values(ds, metric)
             v[metric.name][s, m] = nanmean(value)
             if trend.null:
                 null = layer_values(ds, metric, "_null")
                 v[f"{metric.name}_null"][s, m] = nanmean(null)
                 if trend.null == "excess":
-                    v[metric.headline][s, m] = nanmean(value - null)
+                    head = value - null
+                    v[metric.headline][s, m] = nanmean(head)
             if trend.band:
                 v[f"{metric.name}_lo"][s, m], v[f"{metric.name}_hi"][s, m] = _prompt_bootstrap(
                     ds[metric.name].transpose(..., "token").values, prompts, rng, n_boot
                 )
             if trend.per_layer:
-                head = headline_values(ds, metric)
                 k = min(n_layers, len(head))
                 v[f"{metric.headline}_layer"][s, m, :k] = head[:k]
 
