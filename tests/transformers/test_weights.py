@@ -412,13 +412,23 @@ def _test_matrices() -> dict[str, np.ndarray]:
     repeated = Q @ np.diag(np.repeat([3.0, 1.0, -2.0, 0.5], d // 4)) @ Q.T
     jordan = np.diag(np.full(d, 2.0)) + np.diag(np.ones(d - 1), 1)  # defective
     singular = rng.standard_normal((d, 6)) @ rng.standard_normal((6, d))  # rank 6
+    # rows and columns scaled over 8 decades: balancing (dgebal) rescales them
+    D = np.logspace(-4, 4, d)
+    scaled = (D[:, None] / D[None, :]) * rng.standard_normal((d, d)) / np.sqrt(d)
+    # the first 8 columns upper triangular: balancing isolates 8 eigenvalues (lo > 1)
+    isolated = rng.standard_normal((d, d)) / np.sqrt(d)
+    isolated[:, :8] = np.triu(isolated[:, :8])
     return {
         "random": rng.standard_normal((d, d)) / np.sqrt(d),
         "symmetric": (lambda A: A + A.T)(rng.standard_normal((d, d))),
         "repeated": repeated,
         "defective": jordan,
         "singular": singular,
+        "scaled": scaled,
+        "isolated": isolated,
         "zero": np.zeros((5, 5)),
+        # above dhseqr's small-matrix size (75): its multishift path reads the workspace
+        "large": rng.standard_normal((300, 300)) / np.sqrt(300),
     }
 
 
@@ -458,6 +468,77 @@ def test_inverse_iteration_gives_a_repeated_eigenvalue_independent_vectors() -> 
     basis = s["directions"]["top2_basis"]
     assert np.linalg.matrix_rank(basis[:, :2], tol=1e-8) == 2
     np.testing.assert_allclose(F @ basis[:, :2], 3.0 * basis[:, :2], atol=1e-10)
+
+
+#: The test matrices whose eigenvectors must come from the fast route, inverse iteration
+#: on the Hessenberg form: their first solve's residual is at least 4x below the check
+#: (the symmetric and the singular one lie near it, and may take inverse iteration on A;
+#: the defective one is left to a full geev, as before).
+_HESSENBERG_ROUTE = ("random", "repeated", "scaled", "isolated", "zero", "large")
+
+
+@pytest.mark.parametrize("name", list(_test_matrices()))
+def test_eigenvalues_are_geevs_bit_for_bit_and_the_vectors_take_the_fast_route(name: str) -> None:
+    """Issue 33: the eigenvalues come from geev's own steps (balance, Hessenberg form, QR
+    iterations without vectors, with geev's workspace), so on one BLAS thread, as the
+    spectra rule computes them, they equal numpy's ``eigvals`` bit for bit (balancing
+    that permutes and scales included). Every eigenvector passes the check
+    |A v - lambda v| <= d eps |A|_1, and those of :data:`_HESSENBERG_ROUTE` come from
+    inverse iteration on the Hessenberg form (O(d^2) a vector)."""
+    import scipy.linalg  # noqa: F401  (its OpenBLAS loaded, so the limit reaches it)
+    from threadpoolctl import threadpool_limits
+
+    F = _test_matrices()[name]
+    with threadpool_limits(1):
+        lam, column = spectra.sorted_eigenpairs(F)
+        reference = np.linalg.eigvals(F)
+        vectors = {i: column(i) for i in (0, 1, len(lam) - 1)}
+    np.testing.assert_array_equal(lam, reference[spectra._order(reference)])
+    for i, v in vectors.items():
+        if name != "defective":
+            assert np.linalg.norm(spectra._real_matmul(F, v) - lam[i] * v) <= column.tol
+    if name in _HESSENBERG_ROUTE:
+        assert column.on_a == 0 and column._full is None
+    if name == "defective":
+        assert column._full is not None
+
+
+def test_inverse_iteration_on_a_where_the_hessenberg_route_falls_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where inverse iteration on the Hessenberg form does not pass the check, inverse
+    iteration on A itself gives the vectors: the same unit vectors (simple eigenvalues,
+    to 1e-10), no full geev."""
+    from specalign.transformers.measure.hessenberg import HessenbergEigen
+
+    F = _test_matrices()["random"]
+    fast = spectrum(F, eta=0.2)
+    monkeypatch.setattr(HessenbergEigen, "vector", lambda self, *a: None)
+    lam, column = spectra.sorted_eigenpairs(F)
+    assert column(0) is not None and column.on_a == 1 and column._full is None
+    slow = spectrum(F, eta=0.2)
+    for key in ("v1", "v2"):
+        np.testing.assert_allclose(slow[key], fast[key], atol=1e-10, err_msg=key)
+    assert slow["eigenpair_residual"] < 1e-10
+
+
+def test_matrices_geev_would_scale_and_non_finite_ones() -> None:
+    """A matrix whose largest entry is below sqrt(tiny)/eps (or above its inverse) is
+    scaled by geev before anything else: such a one is left to geev entirely, and its
+    eigenpairs are geev's. A non-finite entry is refused as numpy refuses it."""
+    from specalign.transformers.measure.hessenberg import HessenbergEigen
+
+    F = _test_matrices()["random"] * 1e-150
+    assert not HessenbergEigen(F).supported
+    lam, column = spectra.sorted_eigenpairs(F)
+    reference = np.linalg.eigvals(F)
+    np.testing.assert_array_equal(lam, reference[spectra._order(reference)])
+    v = column(0)
+    assert np.linalg.norm(F @ v - lam[0] * v) <= 1e-12 * np.abs(lam).max()
+    bad = _test_matrices()["random"].copy()
+    bad[3, 4] = np.nan
+    with pytest.raises(np.linalg.LinAlgError, match="infs or NaNs"):
+        spectra.sorted_eigenpairs(bad)
 
 
 def test_top2_basis_does_not_depend_on_the_eigenvectors_signs_or_phases() -> None:

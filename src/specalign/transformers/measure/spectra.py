@@ -9,9 +9,9 @@ I + eta F repairs that only for eta below the paper's bound (Theorem 3):
 eta < 2 / |lambda_1 + lambda_d| when -lambda_d > lambda_1, lambda_d being the
 eigenvalue with the most negative real part.
 
-Conventions (all computed in float64: on the CPU the eigenvalues by LAPACK ``geev``
-without vectors (numpy's ``eigvals``) and only the eigenvectors the outputs use by inverse
-iteration at those eigenvalues (:func:`sorted_eigenpairs`); on a CUDA device, when the job
+Conventions (all computed in float64: on the CPU the eigenvalues by LAPACK ``geev``'s
+steps without vectors (numpy's ``eigvals``) and only the eigenvectors the outputs use, by
+inverse iteration on the Hessenberg form (:func:`sorted_eigenpairs`); on a CUDA device, when the job
 was granted a GPU, ``torch.linalg.eig`` in float64):
 
 * Eigenvalues are sorted by real part descending, ties (a conjugate pair) by imaginary
@@ -156,44 +156,53 @@ def sorted_eigenpairs(
     eigenvector of the i-th, computed when it is asked for.
 
     The outputs read a handful of eigenvectors (v1, v2, the leading and the most negative
-    real one), not d of them: on the CPU the eigenvalues come from ``geev`` without
-    vectors, the eigen-solver's floor (issue 33), and each eigenvector asked for from
-    inverse iteration with the eigenvalue as its shift (:class:`_InverseIteration`:
-    one LU of A - lambda I, at the GEMM rate, and a few solves). Every vector is checked,
-    ``|A v - lambda v| <= d eps |A|_1``, and taken from a full ``geev`` where inverse
-    iteration does not reach that (a defective or badly clustered eigenvalue). On a CUDA
-    device ``torch.linalg.eig`` computes all of them at once, as before.
+    real one), not d of them. On the CPU the eigenvalues are ``geev``'s without vectors,
+    the eigen-solver's floor (issue 33), computed by its own steps so that the Hessenberg
+    form stays (:class:`~specalign.transformers.measure.hessenberg.HessenbergEigen`:
+    numpy's ``eigvals``, bit for bit on one BLAS thread), and each eigenvector asked for
+    is inverse iteration on that form (:class:`_InverseIteration`, O(d^2) a vector).
+    Every vector is checked, ``|A v - lambda v| <= d eps |A|_1``, and taken from a full
+    ``geev`` where inverse iteration does not reach that (a defective or badly clustered
+    eigenvalue). On a CUDA device ``torch.linalg.eig`` computes all of them at once.
     """
     if device != "cpu":
         lam, vecs = sorted_eig(A, device)
         return lam, lambda i: vecs[:, i]
+    from specalign.transformers.measure.hessenberg import HessenbergEigen
+
     A = np.asarray(A, dtype=np.float64)
-    lam = np.linalg.eigvals(A)
-    lam = lam[_order(lam)]
-    return lam, _InverseIteration(A, lam)
+    solver = HessenbergEigen(A)
+    if not solver.supported:  # geev scales such a matrix first (hessenberg module doc)
+        lam, vecs = sorted_eig(A)
+        return lam, lambda i: vecs[:, i]
+    order = _order(solver.eigenvalues)
+    return solver.eigenvalues[order], _InverseIteration(A, solver, order)
 
 
 class _InverseIteration:
-    """Right eigenvectors of ``A`` for its sorted eigenvalues ``lam``, one at a time.
-
-    For lam_i: LU of A - lam_i I (a zero pivot replaced by eps |A|_1, as LAPACK's
-    ``hsein`` does), then x <- (A - lam_i I)^-1 x from a fixed pseudo-random start until
-    ``|A x - lam_i x| <= d eps |A|_1`` (at most :attr:`MAX_SOLVES` solves; one or two
-    when lam_i is as accurate as geev makes it). The conjugate of a complex eigenvalue
-    gets the conjugate vector; a repeated eigenvalue starts its k-th copy from another
-    vector, so that its vectors span more than one direction of its eigenspace where
-    they can. Deterministic: the same matrix gives the same vectors on any thread count.
+    """Right eigenvectors of ``A`` for its sorted eigenvalues, one at a time: inverse
+    iteration on the Hessenberg form of ``solver`` at the eigenvalue
+    ``solver.eigenvalues[order[i]]``, from a fixed pseudo-random start, until
+    ``|A x - lambda x| <= d eps |A|_1`` (at most :attr:`MAX_SOLVES` solves; one or two
+    when lambda is as accurate as geev makes it); where that check is not met, inverse
+    iteration on A itself (:meth:`_on_a`), then a full ``geev``. The
+    conjugate of a complex eigenvalue gets the conjugate vector; a repeated eigenvalue
+    starts its k-th copy from another vector, so that its vectors span more than one
+    direction of its eigenspace where they can. Deterministic on one BLAS thread, as
+    the spectra rule computes them (:func:`map_blocks`).
     """
 
     MAX_SOLVES = 4
 
-    def __init__(self, A: np.ndarray, lam: np.ndarray) -> None:
-        self.A, self.lam = A, lam
+    def __init__(self, A: np.ndarray, solver: Any, order: np.ndarray) -> None:
+        self.A, self.solver, self.order = A, solver, order
+        self.lam = solver.eigenvalues[order]
         self.d = A.shape[0]
         self.norm = float(np.linalg.norm(A, 1)) if A.size else 0.0
         self.tol = self.d * float(np.finfo(np.float64).eps) * max(self.norm, np.finfo(float).tiny)
         self.cache: dict[tuple[float, float, int], np.ndarray] = {}
         self._full: tuple[np.ndarray, np.ndarray] | None = None
+        self.on_a = 0  # vectors the Hessenberg route left to inverse iteration on A
 
     def __call__(self, i: int) -> np.ndarray:
         value = complex(self.lam[i])
@@ -208,11 +217,27 @@ class _InverseIteration:
             copy //= 2  # each copy of a pair is listed twice
         key = (upper.real, upper.imag, copy)
         if key not in self.cache:
-            self.cache[key] = self._vector(upper, copy)
+            # LAPACK lists a pair's member with Im > 0 first, right before its conjugate
+            j = int(self.order[i]) - (1 if value.imag < 0 else 0)
+            self.cache[key] = self._vector(j, upper, copy)
         v = self.cache[key]
         return v if value.imag >= 0 else v.conj()
 
-    def _vector(self, value: complex, copy: int) -> np.ndarray:
+    def _vector(self, j: int, value: complex, copy: int) -> np.ndarray:
+        x = self.solver.vector(j, self._start(copy), self.tol, self.MAX_SOLVES)
+        if x is None:
+            self.on_a += 1
+            x = self._on_a(value, copy)
+        return x if x is not None else self._from_geev(value)
+
+    def _start(self, copy: int) -> np.ndarray:
+        return np.random.default_rng(copy).standard_normal(self.d)
+
+    def _on_a(self, value: complex, copy: int) -> np.ndarray | None:
+        """Inverse iteration on A itself: one LU of A - lambda I (O(d^3), at the GEMM
+        rate), a zero pivot replaced by eps |A|_1, then up to :attr:`MAX_SOLVES` solves.
+        For the few matrices where the Hessenberg route's floor, the reduction's backward
+        error of a few d eps |A|, lies above the check (symmetric-like ones)."""
         import scipy.linalg
 
         real = value.imag == 0
@@ -226,18 +251,18 @@ class _InverseIteration:
         floor = float(np.finfo(np.float64).eps) * (self.norm or 1.0)
         pivots[np.abs(pivots) < floor] = floor
         lu[np.diag_indices(self.d)] = pivots
-        x = np.random.default_rng(copy).standard_normal(self.d).astype(M.dtype)
+        x = self._start(copy).astype(M.dtype)
         for _ in range(self.MAX_SOLVES):
-            # a defective eigenvalue can overflow the solve: then geev below
+            # a defective eigenvalue can overflow the solve: then geev
             with np.errstate(over="ignore", invalid="ignore"):
                 x = scipy.linalg.lu_solve((lu, piv), x, check_finite=False)
                 size = np.linalg.norm(x)
             if not (np.isfinite(size) and size > 0):
-                break
+                return None
             x = x / size
             if np.linalg.norm(_real_matmul(self.A, x) - shift * x) <= self.tol:
                 return x
-        return self._from_geev(value)
+        return None
 
     def _from_geev(self, value: complex) -> np.ndarray:
         """The eigenvector of the eigenvalue nearest ``value`` from a full ``geev``."""
@@ -545,8 +570,9 @@ def map_blocks(fn: Callable[[Any], Any], items: Sequence[Any], threads: int = 1)
     item is computed on one BLAS thread whatever ``threads`` is, so the result does not
     depend on the thread count (``spectra.nc`` is the same for any ``--cores``).
     """
-    # scipy's LAPACK (inverse iteration's LU) is its own OpenBLAS: loaded first, so that
-    # the limit below reaches it (threadpoolctl limits only what is loaded at entry)
+    # scipy's LAPACK (the Hessenberg steps, inverse iteration) is its own OpenBLAS: loaded
+    # first, so that the limit below reaches it (threadpoolctl limits only what is loaded
+    # at entry)
     import scipy.linalg  # noqa: F401
     from threadpoolctl import threadpool_limits
 
