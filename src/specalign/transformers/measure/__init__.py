@@ -1,6 +1,7 @@
 """Stage ``measure`` of the transformer study: the kernels, plain functions on arrays.
 
-``spectra`` (eigenpairs of F = W_O W_V per layer), ``directions`` (each layer's
+``spectra`` (eigenpairs of F = W_O W_V per layer; ``hessenberg``: the eigenvalues and
+chosen eigenvectors of one matrix from its Hessenberg form), ``directions`` (each layer's
 principal directions), ``metrics`` (the alignment metrics psi, rho, gamma), ``linalg``
 (the small kernels those share), ``propagate`` (the simplified model and the propagate
 rule's states), ``steer`` (steering along an eigenvector) and ``sphere`` (the
