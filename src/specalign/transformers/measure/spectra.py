@@ -161,9 +161,10 @@ def sorted_eigenpairs(
     form stays (:class:`~specalign.transformers.measure.hessenberg.HessenbergEigen`:
     numpy's ``eigvals``, bit for bit on one BLAS thread), and each eigenvector asked for
     is inverse iteration on that form (:class:`_InverseIteration`, O(d^2) a vector).
-    Every vector is checked, ``|A v - lambda v| <= d eps |A|_1``, and taken from a full
-    ``geev`` where inverse iteration does not reach that (a defective or badly clustered
-    eigenvalue). On a CUDA device ``torch.linalg.eig`` computes all of them at once.
+    Every vector is checked, ``|A v - lambda v| <= d eps |A|_1``; where the Hessenberg
+    route does not reach that, inverse iteration on A itself gives it, and where that
+    fails too (a defective or badly clustered eigenvalue) a full ``geev``. On a CUDA
+    device ``torch.linalg.eig`` computes all of them at once.
     """
     if device != "cpu":
         lam, vecs = sorted_eig(A, device)
