@@ -654,6 +654,90 @@ def test_kept_facts_are_keyed_by_content_and_errors_are_kept_too(
     assert len(list(folder.glob("*.json"))) == 3  # the two files and the rejected one
 
 
+def _rotary_outcome(adapter: Any) -> Any:
+    try:
+        return adapter.rotary()
+    except Exception as exc:
+        return ("raises", type(exc).__name__, str(exc))
+
+
+def test_rotary_frequencies_kept_are_the_modeling_modules_bit_for_bit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rotary family's frequencies and scalings (written to weights.h5) are the same to
+    the bit computed with nothing kept, computed and kept, and read back, in every case;
+    one fact per configuration; every family whose adapter keeps them is among the cases;
+    read back in a fresh process, they import neither transformers nor torch; an error
+    is raised each time, never kept."""
+    import subprocess
+    import sys
+
+    from specalign.transformers.load import families
+    from specalign.transformers.load.families import base
+
+    computed: list[tuple[str, Any]] = []  # (model_type, what the modeling module gave)
+    compute = base.rotary_from_transformers
+
+    def counting(hf: Any, layer_types: list[str]) -> Any:
+        computed.append((hf.model_type, compute(hf, layer_types)))
+        return computed[-1][1]
+
+    monkeypatch.setattr(base, "rotary_from_transformers", counting)
+    new_facts = 0
+    for case, config in _facts_cases().items():
+        monkeypatch.setenv("SPECALIGN_CACHE", "")
+        start = len(computed)
+        direct = _rotary_outcome(families.adapter_for(config))
+        monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path))
+        before = len(computed)
+        fresh = _rotary_outcome(families.adapter_for(config))
+        again = _rotary_outcome(families.adapter_for(config))
+        if direct is None or isinstance(direct[0], str):  # no rotary, or an error
+            assert fresh == again == direct, case
+            continue
+        if before == start:  # its own formula (GPT-J), not the modeling module's
+            assert len(computed) == before, case
+            continue
+        assert len(computed) <= before + 1, f"{case}: computed again although kept"
+        new_facts += len(computed) - before  # none where an earlier case had this config
+        expected = computed[before - 1][1]  # the module's own arrays, nothing kept between
+        for got in (direct, fresh, again):
+            assert len(got) == 2, case
+            for a, b in zip(got, expected, strict=True):
+                assert a.dtype == b.dtype == np.float64, case
+                np.testing.assert_array_equal(a, b, err_msg=case)
+    assert len(list((tmp_path / "rotary").glob("*.json"))) == new_facts > 0
+    keeping = {
+        model_type
+        for model_type, cls in families.FAMILIES.items()
+        if "kept_rotary" in cls.rotary.__code__.co_names
+    }
+    assert keeping and keeping <= {t for t, _ in computed}, keeping
+
+    config = _facts_cases()["mistral/defaults"]
+    probe = (
+        "import sys, json; from specalign.transformers.load.families import adapter_for; "
+        f"inv, scale = adapter_for(json.loads({json.dumps(json.dumps(config))})).rotary(); "
+        "print(inv.shape[0], inv.dtype, 'transformers' in sys.modules, 'torch' in sys.modules)"
+    )
+    env = {**__import__("os").environ, "SPECALIGN_CACHE": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, check=True).stdout.split()  # fmt: skip
+    n_layers = families.adapter_for(config).n_layers
+    assert out == [str(n_layers), "float64", "False", "False"]
+
+    def failing(hf: Any, layer_types: list[str]) -> Any:
+        raise ValueError("no rotary class")
+
+    monkeypatch.setattr(base, "rotary_from_transformers", failing)
+    other = tmp_path / "other"
+    monkeypatch.setenv("SPECALIGN_CACHE", str(other))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="no rotary class"):
+            families.adapter_for(config).rotary()
+    assert not list((other / "rotary").glob("*.json"))
+
+
 def test_olmo_with_clip_qkv_is_refused_in_one_line_naming_the_key() -> None:
     """OLMo's clip_qkv clamps q, k and v elementwise, which the simplified update does
     not model: the adapter refuses such a config.json, and the configuration check says

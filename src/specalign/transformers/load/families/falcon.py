@@ -15,7 +15,7 @@ from specalign.transformers.load.families.base import (
     FamilyAdapter,
     TensorReader,
     config_attr,
-    rotary_from_transformers,
+    kept_rotary,
 )
 from specalign.transformers.weights import BlockWeights
 
@@ -97,7 +97,7 @@ class FalconAdapter(FamilyAdapter):
         return "ln_attn" if self.new_architecture and n_norms == 2 else "input_layernorm"
 
     def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return rotary_from_transformers(self.hf_object, ["full_attention"] * self.n_layers)
+        return kept_rotary(self.config, ["full_attention"] * self.n_layers)
 
     def _qkv_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row indices of Q (H d_head), K and V (KV d_head each) in ``query_key_value``,

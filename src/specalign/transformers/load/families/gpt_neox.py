@@ -11,7 +11,7 @@ import numpy as np
 from specalign.transformers.load.families.base import (
     FamilyAdapter,
     TensorReader,
-    rotary_from_transformers,
+    kept_rotary,
 )
 from specalign.transformers.weights import BlockWeights
 
@@ -48,7 +48,7 @@ class GPTNeoXAdapter(FamilyAdapter):
         return "parallel" if getattr(self.hf, "use_parallel_residual", True) else "sequential"
 
     def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return rotary_from_transformers(self.hf_object, ["full_attention"] * self.n_layers)
+        return kept_rotary(self.config, ["full_attention"] * self.n_layers)
 
     def read_block(self, block: int, reader: TensorReader) -> BlockWeights:
         p = f"layers.{block}.attention"

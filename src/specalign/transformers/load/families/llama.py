@@ -16,7 +16,7 @@ from specalign.transformers.load.families.base import (
     Linear,
     TensorReader,
     config_attr,
-    rotary_from_transformers,
+    kept_rotary,
 )
 from specalign.transformers.weights import BlockWeights
 
@@ -86,7 +86,7 @@ class LlamaAdapter(FamilyAdapter):
         return self._window() if "local" in self.layer_attention() else None
 
     def rotary(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return rotary_from_transformers(self.hf_object, self._layer_types())
+        return kept_rotary(self.config, self._layer_types())
 
     def _attention(self, reader: TensorReader, p: str) -> tuple[Linear, Linear, Linear, Linear]:
         return (
