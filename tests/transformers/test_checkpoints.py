@@ -240,6 +240,94 @@ def test_a_2_to_the_40_header_length_is_refused_without_reading_it(tmp_path):
         checkpoint.read_header(path)
 
 
+def _float_cases() -> dict[str, torch.Tensor]:
+    """Every float dtype a weight may be stored in, with the values a conversion gets
+    wrong first: signed zeros, subnormals, the largest finite, inf and NaN, and each
+    dtype's ulp-spaced values; shapes from a scalar to three axes."""
+    g = torch.Generator().manual_seed(0)
+    cases = {}
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        info = torch.finfo(dtype)
+        special = torch.tensor([0.0, -0.0, info.tiny, info.tiny / 4, -info.tiny / 2, info.max,
+                                -info.max, info.eps, 1 + info.eps, float("inf"), float("nan")],
+                               dtype=torch.float64).to(dtype)  # fmt: skip
+        name = str(dtype).removeprefix("torch.")
+        cases[f"{name}/special"] = special
+        matrix = torch.randn(37, 19, generator=g, dtype=torch.float64) * 3
+        cases[f"{name}/matrix"] = matrix.to(dtype)
+        cases[f"{name}/cube"] = torch.randn(3, 4, 5, generator=g, dtype=torch.float64).to(dtype)
+        cases[f"{name}/scalar"] = torch.tensor(-2.5, dtype=dtype)
+        cases[f"{name}/empty"] = torch.empty(0, 7, dtype=dtype)
+    return cases
+
+
+def test_float_tensors_read_without_torch_are_torchs_conversion_bit_for_bit(tmp_path, monkeypatch):
+    """``read_float64`` (numpy's widening of the stored bytes, the extraction's reader)
+    gives torch's float64 conversion to the bit for every float dtype and every value
+    kind, with NaN where torch has NaN; the bf16 path in chunks smaller than a tensor as
+    in one piece; ``read_rows`` still gives the stored tensor itself."""
+    cases = _float_cases()
+    path = tmp_path / "model.safetensors"
+    save_file(cases, path)
+    header = checkpoint.read_header(path)
+    for chunk in (checkpoint._WIDEN_CHUNK, 5):
+        monkeypatch.setattr(checkpoint, "_WIDEN_CHUNK", chunk)
+        for name, tensor in cases.items():
+            got = checkpoint.read_float64(path, header[name])
+            want = tensor.to(torch.float64).numpy()
+            assert got.dtype == np.float64 and got.shape == want.shape, name
+            assert got.tobytes() == want.tobytes(), name  # NaN's and -0's bits included
+            stored = checkpoint.read_rows(path, header[name])
+            assert stored.dtype == tensor.dtype and torch.equal(
+                stored.view(torch.uint8) if stored.dim() else stored.reshape(1).view(torch.uint8),
+                tensor.view(torch.uint8) if tensor.dim() else tensor.reshape(1).view(torch.uint8),
+            ), name
+    path.write_bytes(path.read_bytes()[:-3])  # the last tensor's data cut short
+    last = max(header, key=lambda n: header[n]["data_offsets"][1])
+    with pytest.raises(checkpoint.CheckpointError, match="file ends inside tensor data"):
+        checkpoint.read_float64(path, header[last])
+
+
+def test_extraction_of_a_float_checkpoint_imports_no_torch(tmp_path, monkeypatch):
+    """A job that only extracts weights from float safetensors needs no torch (about a
+    second of every extraction job) once the configuration's facts are kept (as the
+    Snakemake process keeps them before any job): GPT-2 (no rotary) and Llama (rotary
+    frequencies kept too) in bf16; weights.h5 the same as with torch decoding the bytes."""
+    from specalign.transformers.load import contracts
+    from specalign.transformers.load.extract import extract_to_h5
+
+    model_types = ("gpt2", "llama")
+    for model_type in model_types:
+        folder = save_tiny(model_type, tmp_path / model_type, seed=0)
+        _rewrite(folder, lambda t: {k: v.to(torch.bfloat16) for k, v in t.items()})
+    probe = (
+        "import sys; from specalign.transformers.load.extract import extract_to_h5; "
+        "extract_to_h5(sys.argv[1], sys.argv[2]); print('torch' in sys.modules)"
+    )
+    env = {**__import__("os").environ, "SPECALIGN_CACHE": str(tmp_path / "cache")}
+    for model_type in model_types:
+        imported = []
+        for i in range(2):  # the second reads what the first kept
+            argv = [sys.executable, "-c", probe, str(tmp_path / model_type),
+                    str(tmp_path / f"{model_type}_{i}.h5")]  # fmt: skip
+            res = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+            imported.append(res.stdout.split()[-1])
+        assert imported[1] == "False", (model_type, imported)
+    monkeypatch.setattr(
+        checkpoint,
+        "read_float64",
+        lambda path, entry: checkpoint.read_rows(path, entry).to(torch.float64).numpy(),
+    )
+    for model_type in model_types:
+        extract_to_h5(tmp_path / model_type, tmp_path / f"{model_type}_torch.h5")
+        ours = contracts.read_weights_h5(tmp_path / f"{model_type}_1.h5")
+        ref = contracts.read_weights_h5(tmp_path / f"{model_type}_torch.h5")
+        assert len(ours.blocks) == len(ref.blocks) > 0
+        for blk, want in zip(ours.blocks, ref.blocks, strict=True):
+            for name in ("W_Q", "W_K", "W_V", "W_O"):
+                np.testing.assert_array_equal(getattr(blk, name), getattr(want, name))
+
+
 def test_dequantize_fp8_blocks_partial_blocks():
     q = np.arange(35.0).reshape(5, 7)
     s = np.array([[2.0, 3.0], [5.0, 7.0]])

@@ -45,8 +45,10 @@ class CheckpointReader:
     """Lazy, one-tensor-at-a-time access to the tensors of a checkpoint folder.
 
     Use as a context manager; ``keys`` lists every tensor name, ``read(key)`` returns
-    one tensor as float64 numpy (bf16/fp16 included, hence the torch framework), and
-    refuses one holding NaN or inf (InputFileError naming the file and the tensor).
+    one tensor as float64 numpy (bf16/fp16 included), and refuses one holding NaN or inf
+    (InputFileError naming the file and the tensor). Float safetensors are read without
+    torch (:func:`~specalign.transformers.load.checkpoint.read_float64`); float8 codes
+    and ``.bin`` checkpoints through torch.
     """
 
     def __init__(self, model_dir: str | Path) -> None:
@@ -54,6 +56,7 @@ class CheckpointReader:
         self._where: dict[str, Path] = {}  # tensor name -> file holding it
         self._open: dict[Path, Any] = {}  # file -> open safe_open handle / mmap'd state dict
         self._dtypes: dict[str, str] = {}  # safetensors dtype of every tensor
+        self._headers: dict[Path, dict[str, dict[str, Any]]] = {}  # file -> its entries
         self._quant: dict[str, Any] | None = None  # the block-wise FP8 scheme, if any
         self.format = self._index()
 
@@ -70,6 +73,7 @@ class CheckpointReader:
 
     def close(self) -> None:
         self._open.clear()
+        self._headers.clear()
 
     @property
     def keys(self) -> list[str]:
@@ -154,18 +158,22 @@ class CheckpointReader:
     def read(self, key: str) -> np.ndarray:
         """One tensor as a float64 array (a copy: nothing stays mapped afterwards).
 
-        A safetensors file is opened for each tensor and closed right after: the pages
-        of a memory-mapped file that a read touched count towards the process's
-        resident memory until the mapping goes, so keeping one handle open for the whole
+        A float safetensors tensor is read by plain reads of its bytes; a float8 one
+        through a file handle opened for the tensor and closed right after: the pages of
+        a memory-mapped file that a read touched count towards the process's resident
+        memory until the mapping goes, so keeping one handle open for the whole
         checkpoint would make the peak grow to the size of every tensor read.
         """
-        import torch
-
         if key not in self._where:
             raise KeyError(key)
         file = self._where[key]
         try:
-            if file.suffix == ".safetensors":
+            if file.suffix == ".safetensors" and self._dtypes.get(key) in checkpoint.FLOAT_DTYPES:
+                if file not in self._headers:
+                    self._headers[file] = checkpoint.read_header(file)
+                arr = checkpoint.read_float64(file, self._headers[file][key])
+            elif file.suffix == ".safetensors":  # float8 codes, decoded by torch
+                import torch
                 from safetensors import safe_open
 
                 with safe_open(file, framework="pt") as handle:
@@ -174,6 +182,8 @@ class CheckpointReader:
                 if self._dtypes.get(key) in checkpoint.FP8_DTYPES:
                     arr = self._dequantize(key, arr)
             else:
+                import torch
+
                 arr = self._handle(file)[key].detach().to(torch.float64, copy=True).numpy()
         except InputFileError:
             raise
