@@ -614,11 +614,28 @@ def test_adapters_read_the_same_from_kept_facts_as_from_the_configuration(
                     assert got[name] == value, (case, name)
 
 
+def _in_fresh_process(config: dict[str, Any], expression: str, cache: Path) -> list[str]:
+    """``expression`` (of ``a``, the adapter of ``config``) printed by a fresh Python
+    process reading kept facts from ``cache``, followed by whether that process imported
+    transformers and torch."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, json; from specalign.transformers.load.families import adapter_for; "
+        f"a = adapter_for(json.loads({json.dumps(json.dumps(config))})); "
+        f"print({expression}, 'transformers' in sys.modules, 'torch' in sys.modules)"
+    )
+    env = {**os.environ, "SPECALIGN_CACHE": str(cache)}
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, check=True)  # fmt: skip
+    return run.stdout.split()
+
+
 def test_kept_facts_are_keyed_by_content_and_errors_are_kept_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import subprocess
-    import sys
 
     from specalign.transformers.load import families
 
@@ -639,14 +656,7 @@ def test_kept_facts_are_keyed_by_content_and_errors_are_kept_too(
         path.write_text("{not json")
     assert families.adapter_for(base).d_model == 32
     # read back in a fresh process without importing transformers or torch
-    probe = (
-        "import sys, json; from specalign.transformers.load.families import adapter_for; "
-        f"a = adapter_for(json.loads({json.dumps(json.dumps(base))})); "
-        "print(a.d_model, a.max_positions, 'transformers' in sys.modules, 'torch' in sys.modules)"
-    )
-    env = {**__import__("os").environ, "SPECALIGN_CACHE": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         env=env, check=True).stdout.split()  # fmt: skip
+    out = _in_fresh_process(base, "a.d_model, a.max_positions", tmp_path)
     assert out == ["32", "1024", "False", "False"]
     # SPECALIGN_CACHE="" keeps nothing
     monkeypatch.setenv("SPECALIGN_CACHE", "")
@@ -669,8 +679,6 @@ def test_rotary_frequencies_kept_are_the_modeling_modules_bit_for_bit(
     one fact per configuration; every family whose adapter keeps them is among the cases;
     read back in a fresh process, they import neither transformers nor torch; an error
     is raised each time, never kept."""
-    import subprocess
-    import sys
 
     from specalign.transformers.load import families
     from specalign.transformers.load.families import base
@@ -715,14 +723,7 @@ def test_rotary_frequencies_kept_are_the_modeling_modules_bit_for_bit(
     assert keeping and keeping <= {t for t, _ in computed}, keeping
 
     config = _facts_cases()["mistral/defaults"]
-    probe = (
-        "import sys, json; from specalign.transformers.load.families import adapter_for; "
-        f"inv, scale = adapter_for(json.loads({json.dumps(json.dumps(config))})).rotary(); "
-        "print(inv.shape[0], inv.dtype, 'transformers' in sys.modules, 'torch' in sys.modules)"
-    )
-    env = {**__import__("os").environ, "SPECALIGN_CACHE": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         env=env, check=True).stdout.split()  # fmt: skip
+    out = _in_fresh_process(config, "a.rotary()[0].shape[0], a.rotary()[0].dtype", tmp_path)
     n_layers = families.adapter_for(config).n_layers
     assert out == [str(n_layers), "float64", "False", "False"]
 
