@@ -288,7 +288,7 @@ def run_job(
     elif job == "extract_weights":
         from specalign.transformers.load.extract import extract_to_h5
 
-        extract_to_h5(ckpt, folder / "weights.h5")
+        extract_to_h5(ckpt, folder / "weights.h5", threads=threads)
         info["h5_bytes"] = (folder / "weights.h5").stat().st_size
     elif job == "spectra":
         from specalign.transformers.load import contracts

@@ -112,6 +112,8 @@ rule extract_weights:
         f"{MODEL_CACHE}/{{model}}/manifest.json",
     output:
         results_path(layout.model_file("{model}", "weights.h5")),
+    # with two, a block is written while the next is read
+    threads: model_threads("extract_weights")
     resources:
         **model_resources("extract_weights"),
     conda:

@@ -20,6 +20,7 @@ def main(smk):
         source=manifest["source"],
         revision=manifest["revision"],
         made_from=lineage.record(smk.input[0], manifest),
+        threads=smk.threads,
     )
     log.info(
         "%s: %s, %d layers, %d distinct blocks, d_model %d, %d heads",

@@ -739,6 +739,115 @@ def test_streaming_extraction_equals_in_memory(tmp_path):
             assert dict(a.attrs) == dict(b.attrs)
 
 
+def _h5_content(path: Path) -> dict[str, Any]:
+    """Every dataset's values and every group's and dataset's attributes of an HDF5 file."""
+    import h5py
+
+    content: dict[str, Any] = {}
+    with h5py.File(path) as f:
+        content["/"] = dict(f.attrs)
+
+        def visit(name: str, obj: Any) -> None:
+            value = obj[()] if isinstance(obj, h5py.Dataset) else None
+            content[name] = (value, dict(obj.attrs))
+
+        f.visititems(visit)
+    return content
+
+
+def test_extraction_writing_beside_reading_writes_the_same_file(tmp_path, monkeypatch):
+    """With two threads extract_to_h5 writes block b in a second thread while block b + 1
+    is read: every block is still written, in order, by that thread alone, and the file
+    holds what the one-thread extraction writes (dense, shared-block and grouped-query
+    models); an error while a block is written stops the extraction, named, with no file
+    left and no thread running."""
+    import threading
+
+    from transformers import (
+        AlbertConfig,
+        AlbertModel,
+        GPT2Config,
+        GPT2Model,
+        LlamaConfig,
+        LlamaModel,
+    )
+
+    from specalign.transformers.load import contracts
+    from specalign.transformers.load import extract as extract_module
+
+    torch.manual_seed(0)
+    models = {
+        "gpt2": GPT2Model(GPT2Config(vocab_size=50, n_embd=16, n_layer=3, n_head=2)),
+        "albert": AlbertModel(
+            AlbertConfig(
+                vocab_size=50,
+                embedding_size=8,
+                hidden_size=16,
+                num_hidden_layers=3,
+                num_attention_heads=2,
+                intermediate_size=32,
+            )
+        ),
+        "llama_gqa": LlamaModel(
+            LlamaConfig(
+                vocab_size=50,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=4,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+            )
+        ),
+    }
+    writes: list[tuple[int, str]] = []
+    write_block = contracts.write_block
+
+    def recorded(f, b, *args, **kwargs):
+        writes.append((b, threading.current_thread().name))
+        return write_block(f, b, *args, **kwargs)
+
+    monkeypatch.setattr(extract_module, "write_block", recorded)
+    for name, model in models.items():
+        folder = tmp_path / name
+        model.save_pretrained(folder)
+        files = {}
+        for threads in (1, 2):
+            writes.clear()
+            files[threads] = tmp_path / f"{name}_{threads}.h5"
+            extract_to_h5(folder, files[threads], threads=threads)
+            n_blocks = 1 if name == "albert" else len(writes)
+            assert [b for b, _ in writes] == list(range(n_blocks)), (name, threads, writes)
+            thread_names = {t for _, t in writes}
+            if threads == 1:
+                assert thread_names == {threading.main_thread().name}, name
+            else:
+                assert len(thread_names) == 1 and next(iter(thread_names)).startswith(
+                    "extract-writer"
+                ), (name, thread_names)
+        one, two = _h5_content(files[1]), _h5_content(files[2])
+        assert one.keys() == two.keys(), name
+        for key, (value, attrs) in ((k, v) for k, v in one.items() if k != "/"):
+            np.testing.assert_array_equal(two[key][0], value, err_msg=f"{name} {key}")
+            assert two[key][1] == attrs, (name, key)
+        assert one["/"] == two["/"], name
+
+    # a block in the middle (its error met when the next block is handed over) and the
+    # last one (met when the extraction waits for the writer at the end)
+    for bad in (1, 2):
+
+        def failing(f, b, *args, bad=bad, **kwargs):
+            if b == bad:
+                raise ValueError("a block that does not fit")
+            return write_block(f, b, *args, **kwargs)
+
+        monkeypatch.setattr(extract_module, "write_block", failing)
+        before = threading.active_count()
+        with pytest.raises(InputFileError, match=f"block {bad}: a block that does not fit"):
+            extract_to_h5(tmp_path / "gpt2", tmp_path / "failed.h5", threads=2)
+        assert threading.active_count() == before
+        assert not (tmp_path / "failed.h5").exists() and not list(tmp_path.glob(".failed*"))
+
+
 def test_spectra_on_cuda_agree_with_the_cpu() -> None:
     """torch.linalg.eig in float64 on CUDA (the spectra rule with a GPU) gives the CPU's
     spectra: the same sort, exactly real eigenvalues where LAPACK's are, the same

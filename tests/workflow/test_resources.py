@@ -135,7 +135,7 @@ def test_slurm_dry_run_requests_differ_between_minilm_and_gpt_neo_27b(repo, tmp_
     # a job of a few seconds' work asks for one core (MiniLM's spectra: 1.4 s on one,
     # and its propagate and steer with this config's 4 prompts), GPT-Neo 2.7B's for the
     # config's threads
-    for rule in ("spectra", "propagate", "steer"):
+    for rule in ("extract_weights", "spectra", "propagate", "steer"):
         assert jobs[(rule, "minilm")]["threads"] == "1", rule
         assert jobs[(rule, "neo")]["threads"] == "2", rule
     for rule in ("propagate", "steer"):  # the jobs that stream the model a unit at a time

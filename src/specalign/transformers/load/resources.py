@@ -23,7 +23,8 @@ slice of the vocabulary cast (``streaming.HEAD_SLICE_BYTES``):
 * ``extract_weights``: one block at a time in float64 (it streams the checkpoint): W_Q,
   W_K, W_V, W_O at n_heads (4 d H d_head), their float32 reading, the key/value rows and
   W_O' at n_kv_heads written (3 d r), and F (d^2) only where the block is not factored
-  (r = n_kv_heads d_head >= d);
+  (r = n_kv_heads d_head >= d); two blocks with two or more threads (one written while
+  the next is read);
 * ``spectra``: reads ``weights.h5`` a block at a time and decomposes up to ``threads``
   blocks at once (:func:`specalign.transformers.measure.spectra.map_blocks`). A dense block
   holds its float64 weights (4 d H d_head, K and V expanded, and W_O's transposed copy
@@ -308,7 +309,10 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
     )
     phases = {
         "random_model": {"streamed twin": twin_unit},
-        "extract_weights": {"block": block64 + 2 * 4.0 * d * inner},
+        # with two or more threads block b is written while block b + 1 is read
+        "extract_weights": {
+            "block": min(2 if int(threads) > 1 else 1, B) * (block64 + 2 * 4.0 * d * inner)
+        },
         "spectra": {"blocks": min(max(int(threads), 1), B) * spectra_block + results},
         # the real model's states go to a file as they come (a layer's input and output
         # in memory); then the simplified runs read weights.h5 a block at a time (the
