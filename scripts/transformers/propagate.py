@@ -59,7 +59,7 @@ def main(smk):
             cfg,
             seed=int(settings["prompts"]["seed"]),
             directions=directions,
-            progress=LogProgress(2, "simplified runs", every=0.0),
+            progress=LogProgress(1, "simplified runs' states", every=0.1),
             threads=smk.threads,
         )
     for mode, n in run.layers.items():

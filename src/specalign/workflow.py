@@ -134,13 +134,16 @@ class LogProgress:
     def __init__(self, total: int, label: str, every: float = 0.05) -> None:
         self.total = max(1, int(total))
         self.label = label
+        self.every = every
         self.step = max(1, int(self.total * every))  # every=0: a line per unit of work
         self.start = time.perf_counter()
         self.next = self.step
 
     def __call__(self, done: int, total: int | None = None) -> None:
-        if total:
+        if total and total != self.total:  # a total the caller learns as it goes
             self.total = total
+            self.step = max(1, int(self.total * self.every))
+            self.next = min(self.next, self.step)
         if done < self.next and done < self.total:
             return
         self.next = done + self.step

@@ -400,12 +400,13 @@ def test_lazy_read_checks_shapes_up_front_and_factors_per_block(
 
 
 @pytest.mark.parametrize("case", [GQA[0], "gemma", CONTROL])
-def test_propagation_on_a_lazy_read_is_bit_identical_and_reads_each_block_once_a_pass(
+def test_propagation_on_a_lazy_read_is_bit_identical_and_reads_each_block_once(
     saved: dict, case: str
 ) -> None:
     """The propagate rule reads weights.h5 a block at a time (issue 14): the simplified
     runs and the metrics equal those on the eager read bit for bit, and a prolonged pass
-    reads each block once (the repeated last layer is the kept block)."""
+    reads each block once (the repeated last layer is the kept block); the rule's pass
+    reads each block once for its two runs."""
     eager = read_weights_h5(saved[case][1])
     lazy = read_weights_h5(saved[case][1], lazy=True)
     hidden = np.random.default_rng(2).standard_normal((eager.n_layers + 1, 3, 5, eager.d_model))
@@ -436,6 +437,17 @@ def test_propagation_on_a_lazy_read_is_bit_identical_and_reads_each_block_once_a
     a = prop.propagation_dataset(eager, ref, cfg, seed=0, directions=directions)
     b = prop.propagation_dataset(lazy, got, cfg, seed=0, directions=directions)
     assert a.identical(b)
+    # the rule's pass: its two simplified runs advance together, so weights.h5 is read
+    # once for both, still with no block alive while the next is read
+    once = read_weights_h5(saved[case][1], lazy=True)
+    at_read.clear()
+    alive.clear()  # the blocks of the read above (it keeps its last one)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(contracts, "_read_block", counting)
+        run = prop.propagation_run(once, hidden, 0.7, cfg, seed=0, directions=directions)
+    assert at_read and max(at_read) == 0, at_read
+    assert once.blocks.reads == len(once.blocks)
+    assert run.dataset.identical(a)
 
 
 @pytest.mark.parametrize("case", [GQA[0], "gemma", CONTROL])

@@ -453,8 +453,11 @@ def propagation_run(
     :func:`specalign.transformers.load.hf.streamed_states` (the propagate rule's). The values
     are those of the whole runs, bit for bit.
 
-    ``progress(done, 2)`` is called after each simplified run; ``threads``: the job's
-    cores, on which the two correlations' metrics of a state are computed side by side.
+    The two simplified runs (real and full attention) advance together, a layer at a
+    time, so that a lazily read ``mw`` reads each block once for both.
+    ``progress(done, T + 1)`` is called after each of their states; ``threads``: the
+    job's cores, on which the two correlations' metrics of a state are computed side by
+    side.
     """
     L = mw.n_layers
     T = max(int(cfg["prolonged_layers"]), L)
@@ -469,15 +472,21 @@ def propagation_run(
     for X in hidden:
         stream.add("real_model", X)
     X0 = np.asarray(hidden[0], np.float64)
-    for i, attention in enumerate(("real", "full"), start=1):
-        # a prolonged run repeats the last layer after the model's own layers, so the
-        # model's run is its first L + 1 states: one pass computes both
-        both = [f"simplified_{attention}", f"prolonged_{attention}"][: 1 + prolong]
-        for t, X in enumerate(simplified_steps(mw, X0, eta, attention, T)):
-            # the states both runs share are measured once
-            stream.add(both if t <= L else both[1:], X)
+    # a prolonged run repeats the last layer after the model's own layers, so the
+    # model's run is its first L + 1 states: one pass computes both
+    attentions = ("real", "full")
+    both = {a: [f"simplified_{a}", f"prolonged_{a}"][: 1 + prolong] for a in attentions}
+    # the two attentions' runs advance a layer at a time together: each step asks for
+    # its layer's block, which a lazily read mw has just read for the other run (it
+    # keeps the last block), so weights.h5 is read once for both, not once a run
+    runs = [simplified_steps(mw, X0, eta, a, T) for a in attentions]
+    for t, states in enumerate(zip(*runs, strict=True)):
+        for attention, X in zip(attentions, states, strict=True):
+            # the states a run and its prolongation share are measured once
+            stream.add(both[attention] if t <= L else both[attention][1:], X)
+        del states
         if progress:
-            progress(i, 2)
+            progress(t + 1, T + 1)
     return PropagationRun(_both_readings(stream, cfg), modes, dict(stream.first_nonfinite))
 
 
