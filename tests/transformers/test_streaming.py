@@ -140,68 +140,6 @@ def test_one_unit_resident_at_a_time(tmp_models: Path) -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_each_unit_is_read_ahead_while_the_one_before_computes(
-    tmp_models: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once a unit is read, the stream asks the kernel for the next unit's tensors
-    (posix_fadvise WILLNEED): every tensor the forward reads was asked for before it
-    was read, at exactly its bytes in its file (a sharded bf16 checkpoint: tensors in
-    several files), and only the input embedding's table never is (only the prompts'
-    rows of it are read); the states are those of the whole model."""
-    import os
-
-    from specalign.transformers.load import checkpoint
-
-    ids = _ids("mistral")
-    folder = tmp_models / "mistral_bf16_ahead"
-    model = tiny_models.build("mistral").to(torch.bfloat16)
-    model.save_pretrained(str(folder), max_shard_size="20KB")
-    events: list[tuple[str, str, int, int]] = []
-    advise, read_rows = os.posix_fadvise, checkpoint.read_rows
-
-    def span(path: Any, entry: Any) -> tuple[str, int, int]:
-        """(file, offset, bytes) of the tensor ``entry``'s data, from its header."""
-        with open(path, "rb") as f:
-            (length,) = np.frombuffer(f.read(8), "<u8")
-        begin, end = entry["data_offsets"]
-        return str(Path(path).resolve()), 8 + int(length) + begin, end - begin
-
-    def advised(fd: int, offset: int, length: int, how: int) -> None:
-        assert how == os.POSIX_FADV_WILLNEED
-        events.append(("ahead", os.readlink(f"/proc/self/fd/{fd}"), offset, length))
-        advise(fd, offset, length, how)
-
-    def read(path: Any, entry: Any, start: int = 0, stop: int | None = None) -> Any:
-        events.append(("read", *span(path, entry)))
-        return read_rows(path, entry, start, stop)
-
-    monkeypatch.setattr(os, "posix_fadvise", advised)
-    monkeypatch.setattr(checkpoint, "read_rows", read)
-    model = streaming.streamed_model(folder, "base")
-    stream = model.specalign_stream
-    try:
-        streamed = hf.model_hidden_states(model, ids)
-    finally:
-        streaming.close_stream(model)
-    monkeypatch.undo()
-    whole = hf.real_forward_hidden_states(folder, ids, stream=False)
-    scale = np.abs(whole).max(axis=(1, 2, 3), keepdims=True)
-    assert (np.abs(streamed - whole) <= 1e-6 * scale).all()
-    asked = [e[1:] for e in events if e[0] == "ahead"]
-    assert len(set(asked)) == len(asked)  # each tensor asked for once
-    table = stream.keys[f"{stream.embedding_path}.weight"]
-    for name, key in stream.keys.items():
-        where = span(stream.ckpt.file_of(key), stream.ckpt.entry(key))
-        if key == table:
-            assert where not in asked, name
-            continue
-        at_ask = events.index(("ahead", *where))
-        at_read = events.index(("read", *where))
-        assert at_ask < at_read, name
-    assert len(asked) == len(stream.keys) - 1
-    assert len({file for file, _, _ in asked}) > 1  # tensors of several shards
-
-
 def test_next_token_probabilities_streamed(tmp_models: Path) -> None:
     for case in ("llama", "phi3", "gpt2"):
         folder = _folder(tmp_models, case)

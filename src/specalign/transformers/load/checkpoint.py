@@ -40,10 +40,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -137,65 +136,26 @@ def read_header(path: str | Path) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def _rows_span(
-    entry: Mapping[str, Any], start: int = 0, stop: int | None = None
-) -> tuple[int, int, list[int]]:
-    """(offset into the data section, bytes, shape) of rows ``[start, stop)`` of the
-    tensor ``entry``."""
-    shape = list(entry["shape"])
-    n_rows = shape[0] if shape else 1
-    stop = n_rows if stop is None else min(int(stop), n_rows)
-    start = max(int(start), 0)
-    width = DTYPE_BYTES[entry["dtype"]] * math.prod(shape[1:])
-    rows = max(stop - start, 0)
-    return entry["data_offsets"][0] + start * width, rows * width, [rows, *shape[1:]]
-
-
-def _data_start(f: Any) -> int:
-    """The file offset of a safetensors file's data section (after its header)."""
-    f.seek(0)
-    (length,) = struct.unpack("<Q", f.read(8))
-    return 8 + length
-
-
-def read_ahead(path: str | Path, entries: Sequence[Mapping[str, Any]]) -> None:
-    """Ask the kernel to start reading the data of the tensors ``entries`` of ``path``
-    into the page cache (``posix_fadvise`` ``WILLNEED``), and return at once.
-
-    A streamed model reads a unit's tensors when its forward reaches the unit; asked
-    for ahead, the disk reads them while the unit before computes, and the reads then
-    copy from memory. The pages are the kernel's cache, not this process's memory. A
-    no-op where the platform has no ``posix_fadvise``; a file that cannot be opened is
-    left to the read that follows to report."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None or not entries:
-        return
-    try:
-        with open(path, "rb") as f:
-            start = _data_start(f)
-            for entry in entries:
-                offset, nbytes, _ = _rows_span(entry)
-                if nbytes:
-                    advise(f.fileno(), start + offset, nbytes, os.POSIX_FADV_WILLNEED)
-    except (OSError, struct.error):
-        return
-
-
 def _read_raw(
     path: str | Path, entry: Mapping[str, Any], start: int = 0, stop: int | None = None
 ) -> tuple[np.ndarray, list[int]]:
     """The bytes of rows ``[start, stop)`` of the float tensor ``entry`` of ``path`` by
     plain reads into a buffer of their own, and the rows' shape."""
     path = Path(path)
-    dtype = entry["dtype"]
+    dtype, shape = entry["dtype"], list(entry["shape"])
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"{path}: reads float tensors, not {dtype}")
-    offset, nbytes, shape = _rows_span(entry, start, stop)
-    buf = np.empty(nbytes, dtype=np.uint8)
+    n_rows = shape[0] if shape else 1
+    stop = n_rows if stop is None else min(int(stop), n_rows)
+    start = max(int(start), 0)
+    width = DTYPE_BYTES[dtype] * math.prod(shape[1:])
+    rows = max(stop - start, 0)
+    buf = np.empty(rows * width, dtype=np.uint8)
     view = memoryview(buf)
     try:
         with open(path, "rb") as f:
-            f.seek(_data_start(f) + offset)
+            (length,) = struct.unpack("<Q", f.read(8))
+            f.seek(8 + length + entry["data_offsets"][0] + start * width)
             done = 0
             while done < len(view):
                 got = f.readinto(view[done:])
@@ -204,7 +164,7 @@ def _read_raw(
                 done += got
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read ({exc})") from exc
-    return buf, shape if entry["shape"] else []
+    return buf, [rows, *shape[1:]] if shape else []
 
 
 def read_rows(

@@ -277,9 +277,6 @@ class LayerStream:
             by_id.setdefault(id(p), []).append(name)
         self._tied = {n: names for names in by_id.values() for n in names}
         self.units = model_units(model, adapter)
-        order = list(self.units)
-        #: the unit a forward enters after each one (the units are in model order)
-        self._next_unit = dict(zip(order, order[1:], strict=False))
         #: parameter name -> checkpoint key, every one resolved before any long work;
         #: a module outside the layers that the checkpoint lacks entirely (the pooler of
         #: a base model saved from a masked LM) is initialised as ``from_pretrained``
@@ -504,7 +501,6 @@ class LayerStream:
         self.release()
         self._materialise(path)
         self.resident = path
-        self._read_ahead(self._next_unit.get(path))
 
     def _materialise(self, path: str) -> None:
         import torch
@@ -536,22 +532,6 @@ class LayerStream:
                 t.to(device=self.device, dtype=dtype), requires_grad=False
             )
         self.loads += 1
-
-    def _read_ahead(self, path: str | None) -> None:
-        """Ask the kernel to read unit ``path``'s tensors into the page cache while the
-        unit just read computes (:func:`checkpoint.read_ahead`): the disk's time then
-        overlaps the forward's instead of following it. Not the input embedding's
-        table, of which only the prompts' rows are read."""
-        if path is None or path in self.initialised or path == self.embedding_path:
-            return
-        by_file: dict[Path, list[dict[str, Any]]] = {}
-        for name in self.units[path]:
-            key = self.keys[name]
-            entry = self.ckpt.entry(key)
-            if entry is not None:
-                by_file.setdefault(self.ckpt.file_of(key), []).append(entry)
-        for file, entries in by_file.items():
-            checkpoint.read_ahead(file, entries)
 
     def release(self) -> None:
         """Free the resident unit (its parameters back to meta)."""
