@@ -20,11 +20,12 @@ slice of the vocabulary cast (``streaming.HEAD_SLICE_BYTES``):
 
 * ``random_model``: the unit being drawn in float32 (the token table is the largest)
   and one slice of it cast (``twin.WRITE_SLICE_BYTES``);
-* ``extract_weights``: one block at a time in float64 (it streams the checkpoint): W_Q,
-  W_K, W_V, W_O at n_heads (4 d H d_head), their float32 reading, the key/value rows and
-  W_O' at n_kv_heads written (3 d r), and F (d^2) only where the block is not factored
-  (r = n_kv_heads d_head >= d); two blocks with two or more threads (one written while
-  the next is read);
+* ``extract_weights``: one block at a time in float64 (it streams the checkpoint): W_Q
+  and W_O at n_heads (2 d H d_head) with, where the block is factored (r = n_kv_heads
+  d_head < d), K, V and W_O' at n_kv_heads as written (3 d r) and the stored bytes of the
+  tensor being widened; where it is not, K and V at n_heads, their float32 reading, the
+  key/value rows written (3 d r) and F (d^2); two blocks with two or more threads (one
+  written while the next is read);
 * ``spectra``: reads ``weights.h5`` a block at a time and decomposes up to ``threads``
   blocks at once (:func:`specalign.transformers.measure.spectra.map_blocks`). A dense block
   holds its float64 weights (4 d H d_head, K and V expanded, and W_O's transposed copy
@@ -35,10 +36,12 @@ slice of the vocabulary cast (``streaming.HEAD_SLICE_BYTES``):
 * ``propagate``: the streamed unit with a layer's float32 states (each state is written
   to a temporary file as its layer produces it, ``io.DiskStack``), then one block's
   float64 weights (read from ``weights.h5`` a block at a time, the one in use let go
-  before the next is read) and the current block's F or factors, the real states read
-  back one at a time; the simplified runs are reduced to their metrics a
-  state at a time (:class:`specalign.transformers.measure.metrics.MetricsStream`), so beside
-  them only a few layers' states in float64 are held (``STREAM_LAYERS``), never a run;
+  before the next is read, once for the two simplified runs, which advance together)
+  and the current block's F or factors, the real states read back one at a time; the
+  simplified runs are reduced to their metrics a state at a time
+  (:class:`specalign.transformers.measure.metrics.MetricsStream`), so beside them only a
+  few layers' states in float64 are held (``STREAM_LAYERS`` and
+  ``SECOND_RUN_LAYERS``), never a run;
 * ``steer``: the prompts' rows of the token table for the embedding output; one
   block's float64 weights (read a block at a time, as propagate) with a few layers'
   states (the unchanged run is reduced a state at a time), ``threads`` variants in the
@@ -87,6 +90,13 @@ SAFETY = 1.3
 #: of the previous state of the two modes fed together, the pair compared, Pearson's
 #: centred copy, the projections).
 STREAM_LAYERS = 16
+#: What propagation's second simplified run adds, in the same unit: the two runs (real
+#: and full attention) advance together, a layer at a time, so that weights.h5 is read
+#: once for both; between its steps the other run holds its state and each
+#: correlation's unit rows of it (tokens, mean tokens), and its temporaries interleave
+#: with the first run's on the heap. 10: the Mistral-7B shape's simplified phase peaked
+#: 0.25 GB (7.6 states) above the one-run-at-a-time pass (2.94 against 2.69 GB).
+SECOND_RUN_LAYERS = 10
 #: Work rates per core (FLOP/s, or bytes/s for I/O), measured on the benchmark machine
 #: and rounded down (see the module doc).
 RATES = {
@@ -307,22 +317,30 @@ def phase_bytes(rule: str, s: ModelSize, w: Workload, threads: int = 1) -> dict[
     spectra_block = (
         8.0 * (d * inner + 3 * d * r + 8 * n * n) if s.factored else block64 + eig64
     )
+    # a block as extraction holds it: where it is factored, W_Q and W_O at n_heads and
+    # K, V and W_O' at n_kv_heads in float64 (K and V are read as stored, never
+    # expanded), with the stored bytes of the tensor being widened; otherwise the block
+    # as read and its float32 reading
+    extract_block = (
+        8.0 * (2 * d * inner + 3 * d * r) + s.stored_bytes * d * inner
+        if s.factored
+        else block64 + 2 * 4.0 * d * inner
+    )
     phases = {
         "random_model": {"streamed twin": twin_unit},
         # with two or more threads block b is written while block b + 1 is read
-        "extract_weights": {
-            "block": min(2 if int(threads) > 1 else 1, B) * (block64 + 2 * 4.0 * d * inner)
-        },
+        "extract_weights": {"block": min(2 if int(threads) > 1 else 1, B) * extract_block},
         "spectra": {"blocks": min(max(int(threads), 1), B) * spectra_block + results},
         # the real model's states go to a file as they come (a layer's input and output
-        # in memory); then the simplified runs read weights.h5 a block at a time (the
-        # one in use let go before the next is read) with the current block's F or
-        # factors, each state reduced to its metrics as it is computed
+        # in memory); then the two simplified runs, side by side, read weights.h5 a
+        # block at a time (the one in use let go before the next is read) with the
+        # current block's F or factors, each state reduced to its metrics as it is
+        # computed
         "propagate": {
             "streamed real model": unit + 2 * w.tokens * d * 4.0,
             "simplified runs": block64
             + 8.0 * (2 * d * r if s.factored else d * d)
-            + STREAM_LAYERS * layer64,
+            + (STREAM_LAYERS + SECOND_RUN_LAYERS) * layer64,
         },
         "steer": {
             # the token table's rows of the prompts' ids and the embedding output
