@@ -424,9 +424,8 @@ def extract_to_h5(
 
     Peak memory is of the order of one layer (its float64 W_Q, W_K, W_V, W_O and F;
     two with ``threads`` > 1), whatever the depth, so that GPT-Neo 2.7B extracts on a
-    laptop. With grouped-query
-    attention and r = n_kv_heads * d_head < d no d x d F is formed or stored (the
-    factors are; ``contracts`` module doc). Returns the model's metadata as a
+    laptop. With grouped-query attention and r = n_kv_heads * d_head < d no d x d F is
+    formed or stored (the factors are; ``contracts`` module doc). Returns the model's metadata as a
     ``ModelWeights`` with an empty ``blocks`` list.
     """
     import h5py

@@ -95,7 +95,8 @@ STREAM_LAYERS = 16
 #: once for both; between its steps the other run holds its state and each
 #: correlation's unit rows of it (tokens, mean tokens), and its temporaries interleave
 #: with the first run's on the heap. 10: the Mistral-7B shape's simplified phase peaked
-#: 0.25 GB (7.6 states) above the one-run-at-a-time pass (2.94 against 2.69 GB).
+#: up to 0.25 GB (7.6 states) above the one-run-at-a-time pass (2.94 GB against 2.69;
+#: three runs of the same code peaked at 2.37-2.94 GB, glibc's heap varying).
 SECOND_RUN_LAYERS = 10
 #: Work rates per core (FLOP/s, or bytes/s for I/O), measured on the benchmark machine
 #: and rounded down (see the module doc).
