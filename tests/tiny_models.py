@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -285,8 +286,14 @@ def save_tiny_pickled(model_type: str, folder: str | Path, seed: int) -> Path:
 def float64_everywhere() -> Iterator[None]:
     """Every float32 request inside torch/transformers becomes float64 (``Tensor.to``,
     ``Tensor.float``, ``softmax(dtype=)``, ``arange(dtype=)``, the default dtype), so that
-    the modules compute exactly what they compute normally, in float64."""
+    the modules compute exactly what they compute normally, in float64.
+
+    Nothing is read from or kept in :mod:`specalign.kept` meanwhile: its keys name the
+    library versions, not this patch, so a rotary family's frequencies kept from a float32
+    computation would be read here (and these kept for later float32 readers), which made
+    the family tests depend on which test a worker ran first."""
     f32, f64 = torch.float32, torch.float64
+    cache = os.environ.get("SPECALIGN_CACHE")
     saved = (torch.Tensor.to, torch.Tensor.float, torch.nn.functional.softmax, torch.arange)
     default = torch.get_default_dtype()
     orig_to, _, orig_softmax, orig_arange = saved
@@ -311,11 +318,16 @@ def float64_everywhere() -> Iterator[None]:
     torch.Tensor.to, torch.Tensor.float = to, as_float  # type: ignore[method-assign]
     torch.nn.functional.softmax, torch.arange = softmax, arange
     torch.set_default_dtype(f64)
+    os.environ["SPECALIGN_CACHE"] = ""
     try:
         yield
     finally:
         torch.Tensor.to, torch.Tensor.float, torch.nn.functional.softmax, torch.arange = saved  # type: ignore[method-assign]
         torch.set_default_dtype(default)
+        if cache is None:
+            os.environ.pop("SPECALIGN_CACHE", None)
+        else:
+            os.environ["SPECALIGN_CACHE"] = cache
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ the production path, a stock float32 model, at the float32 level.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -669,6 +670,30 @@ def _rotary_outcome(adapter: Any) -> Any:
         return adapter.rotary()
     except Exception as exc:
         return ("raises", type(exc).__name__, str(exc))
+
+
+def test_float64_everywhere_neither_reads_nor_keeps_kept_facts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tests' float64 patch of torch is invisible to the kept facts' keys (library
+    versions, not patches): inside it a rotary family's frequencies are its float64 ones
+    although the float32 ones are kept, and nothing computed inside is kept (the family
+    tests failed when a worker had kept a configuration's float32 frequencies first)."""
+    from specalign.transformers.load import families
+
+    config = CONFIGS["llama"]
+    monkeypatch.setenv("SPECALIGN_CACHE", "")
+    with float64_everywhere():
+        want64 = families.adapter_for(config).rotary()[0]
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path))
+    kept32 = families.adapter_for(config).rotary()[0]
+    assert not np.array_equal(kept32, want64)  # else this test could not fail
+    files = sorted((tmp_path / "rotary").glob("*.json"))
+    with float64_everywhere():
+        np.testing.assert_array_equal(families.adapter_for(config).rotary()[0], want64)
+    assert sorted((tmp_path / "rotary").glob("*.json")) == files
+    assert os.environ["SPECALIGN_CACHE"] == str(tmp_path)
+    np.testing.assert_array_equal(families.adapter_for(config).rotary()[0], kept32)
 
 
 def test_rotary_frequencies_kept_are_the_modeling_modules_bit_for_bit(
