@@ -699,16 +699,11 @@ def test_offline_hub_spec_uses_a_cached_snapshot(
         resolve_model_dir(spec, tmp_path / "cache")
 
 
-def test_streaming_extraction_equals_in_memory(tmp_path):
-    """extract_to_h5 (block by block, the pipeline's path) writes the same file content as
-    extract + write_weights_h5, for a family with biases and one with a shared block."""
-    import h5py
+def _dense_and_shared_models() -> dict[str, Any]:
+    """A tiny GPT-2 (three blocks, biases) and ALBERT (one shared block)."""
     from transformers import AlbertConfig, AlbertModel, GPT2Config, GPT2Model
 
-    from specalign.transformers.load.contracts import write_weights_h5
-    from specalign.transformers.load.extract import extract, extract_to_h5
-
-    models = {
+    return {
         "gpt2": GPT2Model(GPT2Config(vocab_size=50, n_embd=16, n_layer=3, n_head=2)),
         "albert": AlbertModel(
             AlbertConfig(
@@ -721,6 +716,17 @@ def test_streaming_extraction_equals_in_memory(tmp_path):
             )
         ),
     }
+
+
+def test_streaming_extraction_equals_in_memory(tmp_path):
+    """extract_to_h5 (block by block, the pipeline's path) writes the same file content as
+    extract + write_weights_h5, for a family with biases and one with a shared block."""
+    import h5py
+
+    from specalign.transformers.load.contracts import write_weights_h5
+    from specalign.transformers.load.extract import extract, extract_to_h5
+
+    models = _dense_and_shared_models()
     for name, model in models.items():
         folder = tmp_path / name
         model.save_pretrained(folder)
@@ -764,10 +770,6 @@ def test_extraction_writing_beside_reading_writes_the_same_file(tmp_path, monkey
     import threading
 
     from transformers import (
-        AlbertConfig,
-        AlbertModel,
-        GPT2Config,
-        GPT2Model,
         LlamaConfig,
         LlamaModel,
     )
@@ -777,17 +779,7 @@ def test_extraction_writing_beside_reading_writes_the_same_file(tmp_path, monkey
 
     torch.manual_seed(0)
     models = {
-        "gpt2": GPT2Model(GPT2Config(vocab_size=50, n_embd=16, n_layer=3, n_head=2)),
-        "albert": AlbertModel(
-            AlbertConfig(
-                vocab_size=50,
-                embedding_size=8,
-                hidden_size=16,
-                num_hidden_layers=3,
-                num_attention_heads=2,
-                intermediate_size=32,
-            )
-        ),
+        **_dense_and_shared_models(),
         "llama_gqa": LlamaModel(
             LlamaConfig(
                 vocab_size=50,
