@@ -1,6 +1,10 @@
-"""Running the real Snakefile from tests (subprocess, bounded, in a working directory)."""
+"""Running the real Snakefile from tests, in a working directory: a run in a subprocess
+(bounded), a dry run or summary in this process."""
 
+import contextlib
+import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -37,11 +41,51 @@ def run_snakemake(
         "2",
         *args,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    out = proc.stdout + proc.stderr
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{out[-6000:]}")
+    return _finished(cmd, check, env, timeout)
+
+
+#: Options under which Snakemake only plans (or lists) and runs no job.
+_PLANNING = frozenset(
+    {"--dry-run", "-n", "--dryrun", "--summary", "-S", "--detailed-summary", "-D"}
+)
+
+
+def _finished(cmd: list[str], check: bool, env: dict | None, timeout: float) -> str:
+    """Snakemake's output for ``cmd``; AssertionError with its tail where it failed.
+
+    A dry run or summary under this process's environment runs in this process: its
+    subprocess spent 1.7 of its 2 s on imports (Snakemake, its plugins, specalign), here
+    paid once per pytest worker. The console is what the Snakefile prints and
+    Snakemake logs, read from this process's stdout and stderr as the subprocess's are.
+    A run (jobs, locks, signals, a timeout) or another environment (another PYTHONPATH)
+    stays a subprocess."""
+    if env is None and _PLANNING.intersection(cmd):
+        code, out = _in_process(cmd[len(SNAKEMAKE) :])
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        code, out = proc.returncode, proc.stdout + proc.stderr
+    if check and code != 0:
+        raise AssertionError(f"snakemake failed ({code}):\n{out[-6000:]}")
     return out
+
+
+def _in_process(args: list[str]) -> tuple[int, str]:
+    """(exit status, console) of ``snakemake args`` run by Snakemake's own command line
+    in this process; the working directory it changes to is changed back."""
+    from snakemake.cli import main
+
+    out = io.StringIO()
+    cwd = os.getcwd()
+    code: int = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                main(args)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        os.chdir(cwd)
+    return code, out.getvalue()
 
 
 def planned_jobs(repo: Path, workdir: Path, env: dict | None = None) -> dict[str, int]:
@@ -53,11 +97,7 @@ def dry_run(repo: Path, workdir: Path, *args: str, check: bool = True) -> str:
     """The output of a dry run with exactly ``args`` (no --configfile added)."""
     cmd = [*SNAKEMAKE, "-s", str(repo / "Snakefile"), "-d", str(workdir), "--cores", "2",
            "--dry-run", *args]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    out = proc.stdout + proc.stderr
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{out[-6000:]}")
-    return out
+    return _finished(cmd, check, None, 300)
 
 
 def job_stats(out: str) -> dict[str, int]:

@@ -35,28 +35,36 @@ from typing import Any
 
 #: The digest cache of the working directory (beside Snakemake's own metadata).
 CACHE = Path(".snakemake") / "specalign" / "digests.json"
-_cache: dict[str, list] | None = None
+#: Each working directory's digest cache as read, by the cache file's absolute path: a
+#: process that plans in several working directories (Snakemake's API, tests) reads and
+#: writes each one's own file.
+_caches: dict[Path, dict[str, list]] = {}
+
+
+def _cache_path() -> Path:
+    return Path.cwd() / CACHE
 
 
 def _load_cache() -> dict[str, list]:
-    global _cache
-    if _cache is None:
+    path = _cache_path()
+    cache = _caches.get(path)
+    if cache is None:
         try:
-            loaded = json.loads(CACHE.read_text())
-            _cache = loaded if isinstance(loaded, dict) else {}
+            loaded = json.loads(path.read_text())
+            cache = loaded if isinstance(loaded, dict) else {}
         except (OSError, ValueError):
-            _cache = {}
-    return _cache
+            cache = {}
+        _caches[path] = cache
+    return cache
 
 
-def _save_cache() -> None:
-    if _cache is None:
-        return
+def _save_cache(cache: dict[str, list]) -> None:
+    path = _cache_path()
     with contextlib.suppress(OSError):
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        tmp = CACHE.with_name(f".{CACHE.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_cache, sort_keys=True))
-        os.replace(tmp, CACHE)  # concurrent writers lose entries, never corrupt the file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, sort_keys=True))
+        os.replace(tmp, path)  # concurrent writers lose entries, never corrupt the file
 
 
 _PIECE = 1 << 20
@@ -132,7 +140,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
         return str(hit[4])
     digest = f"sha256:{sha256_file(real)}"
     cache[key] = [*ident, digest]
-    _save_cache()
+    _save_cache(cache)
     return digest
 
 

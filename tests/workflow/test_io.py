@@ -1,5 +1,6 @@
 """Atomic writes and clear errors for corrupt inputs (the data contracts' I/O layer)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -354,6 +355,34 @@ def test_sha256_of_a_sparse_file_is_that_of_its_bytes(tmp_path, layout):
             f.write(data)
             f.truncate(len(data) + (7 << 20) + 3)
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_digests_are_cached_in_each_working_directorys_own_file(tmp_path, monkeypatch):
+    """One process planning in two working directories (Snakemake's API, the tests'
+    in-process dry runs) keeps each one's digests in that directory's cache file, and a
+    digest read from the cache is the file's."""
+    import hashlib
+
+    from specalign import contents
+
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"abc")
+    want = f"sha256:{hashlib.sha256(b'abc').hexdigest()}"
+    files = {}
+    for name in ("one", "two"):
+        work = tmp_path / name
+        work.mkdir()
+        monkeypatch.chdir(work)
+        own = work / name
+        own.write_bytes(name.encode())
+        assert contents.file_digest(own) == f"sha256:{hashlib.sha256(name.encode()).hexdigest()}"
+        assert contents.file_digest(data) == want
+        files[name] = json.loads((work / contents.CACHE).read_text())
+    assert set(files["one"]) == {str(tmp_path / "one" / "one"), str(data)}
+    assert set(files["two"]) == {str(tmp_path / "two" / "two"), str(data)}
+    # read back from the cache, unchanged
+    monkeypatch.chdir(tmp_path / "one")
+    assert contents.file_digest(data) == want
 
 
 @pytest.mark.parametrize("torch_first", [False, True])
