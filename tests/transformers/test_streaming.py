@@ -16,6 +16,7 @@ import copy
 import gc
 import json
 import math
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from tiny_models import CONFIGS
 
 from specalign.io import DiskStack, InputFileError
 from specalign.transformers.load import hf, streaming
+from specalign.transformers.load.checkpoint import read_header
 from specalign.transformers.measure import steer as st
 
 torch.set_num_threads(1)
@@ -101,6 +103,67 @@ def test_states_written_as_the_layers_produce_them(tmp_models: Path, case: str) 
             assert len(states) == 2 * len(whole), case
             np.testing.assert_array_equal(np.stack(states[len(whole) :]), again)
     assert not path.exists()
+
+
+def test_each_unit_read_ahead_while_the_one_before_computes(tmp_models: Path) -> None:
+    """Entering a unit asks for the next unit's tensors, in module order (the input
+    embedding's table is never among them: only its rows are read). The values with
+    the read-ahead are the whole model's (the tests above)."""
+    folder = _folder(tmp_models, "llama")
+    model = streaming.streamed_model(folder, "base")
+    stream = model.specalign_stream
+    asked: list[set[str]] = []
+    offsets = {}
+    for file in folder.glob("*.safetensors"):
+        for key, entry in read_header(file).items():
+            offsets[(file, entry["data_offsets"][0])] = key
+    want = stream.read_ahead.want
+
+    def record(ranges: list) -> None:
+        asked.append({offsets[(Path(f), start)] for f, start, _ in ranges})
+        want(ranges)
+
+    stream.read_ahead.want = record
+    try:
+        hf.model_hidden_states(model, _ids("llama"))
+    finally:
+        streaming.close_stream(model)
+    units = [u for u in stream.units if u != "embed_tokens"]
+    assert asked == [{stream.keys[n] for n in stream.units[u]} for u in units[: len(asked)]]
+    assert len(asked) == len(units)  # the embedding asks for layer 0, the last unit for none
+    assert "embed_tokens.weight" not in set().union(*asked)
+
+
+def test_read_ahead_reads_the_ranges_asked_and_never_raises(tmp_path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    from specalign.transformers.load.checkpoint import ReadAhead
+
+    file = tmp_path / "t.safetensors"
+    save_file({"a": np.arange(1000, dtype=np.float32), "b": np.ones(3000, np.float32)}, file)
+    entries = read_header(file)
+    ahead = ReadAhead()
+    ahead.CHUNK = 1024  # several chunks a tensor
+    (start, stop) = entries["b"]["data_offsets"]
+
+    def read(ranges: list, total: int) -> None:
+        ahead.want(ranges)
+        for _ in range(500):
+            if ahead.bytes == total:
+                break
+            time.sleep(0.01)
+        assert ahead.bytes == total
+
+    read([(file, start, stop - start)], 12000)
+    # a file gone, a range past the end: nothing raised, and the thread goes on to the
+    # next request (the real read reports what is wrong)
+    ahead.want([(tmp_path / "missing.safetensors", 0, 10), (file, stop, 1 << 20)])
+    a_start, a_stop = entries["a"]["data_offsets"]
+    read([(file, a_start, a_stop - a_start)], 12000 + 4000)
+    ahead.close()
+    assert not ahead._thread.is_alive()
+    ahead.want([(file, 0, 10)])  # after close: ignored
+    assert ahead.bytes == 16000 and not ahead._thread.is_alive()
 
 
 def test_one_unit_resident_at_a_time(tmp_models: Path) -> None:

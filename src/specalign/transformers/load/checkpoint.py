@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -165,6 +167,93 @@ def _read_raw(
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read ({exc})") from exc
     return buf, [rows, *shape[1:]] if shape else []
+
+
+class ReadAhead:
+    """Reads byte ranges of safetensors files ahead of their use, in a thread, into the
+    system's page cache: a streamed model's next unit while the current one computes, so
+    that its reads (:func:`read_rows`) copy from memory instead of waiting on the disk.
+
+    The bytes pass through a small buffer and are dropped: nothing is held by this
+    process (the page cache is the kernel's, given back under memory pressure). A newer
+    request replaces one not yet finished; errors are left to the real read to report.
+    At the Mistral-7B shape the streamed passes read 14.5 GB at the disk's 1.2-2 GB/s
+    (cold), and the forwards waited on every unit's read (bench/README.md).
+    """
+
+    #: bytes read at a time (the buffer the data pass through)
+    CHUNK = 8 << 20
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._want: list[tuple[Path, int, int]] | None = None
+        self._generation = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._data_start: dict[Path, int] = {}
+        #: bytes read ahead so far
+        self.bytes = 0
+
+    def want(self, ranges: list[tuple[Path, int, int]]) -> None:
+        """Read ``(file, offset in the data section, length)`` ranges next, dropping
+        what is left of the previous request."""
+        with self._cond:
+            if self._closed:
+                return
+            self._want, self._generation = list(ranges), self._generation + 1
+            self._cond.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="specalign-read-ahead", daemon=True
+                )
+                self._thread.start()
+
+    def close(self) -> None:
+        """Stop (at the next chunk) and wait for the thread."""
+        with self._cond:
+            self._closed, self._want = True, None
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _current(self, generation: int) -> bool:
+        return self._generation == generation and not self._closed
+
+    def _run(self) -> None:
+        view = memoryview(bytearray(self.CHUNK))
+        while True:
+            with self._cond:
+                while self._want is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                ranges, generation, self._want = self._want, self._generation, None
+            for file, offset, length in ranges:
+                if not self._current(generation):
+                    break
+                try:
+                    self._read(file, offset, length, view, generation)
+                except (OSError, ValueError, struct.error):
+                    pass  # the real read says what is wrong with the file
+
+    def _read(
+        self, file: Path, offset: int, length: int, view: memoryview, generation: int
+    ) -> None:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            if file not in self._data_start:
+                (header,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+                self._data_start[file] = 8 + header
+            pos = self._data_start[file] + offset
+            end = pos + length
+            while pos < end and self._current(generation):
+                got = os.preadv(fd, [view[: min(self.CHUNK, end - pos)]], pos)
+                if not got:
+                    return
+                pos += got
+                self.bytes += got
+        finally:
+            os.close(fd)
 
 
 def read_rows(

@@ -277,6 +277,8 @@ class LayerStream:
             by_id.setdefault(id(p), []).append(name)
         self._tied = {n: names for names in by_id.values() for n in names}
         self.units = model_units(model, adapter)
+        #: the next unit's bytes are read into the page cache while one computes
+        self.read_ahead = checkpoint.ReadAhead()
         #: parameter name -> checkpoint key, every one resolved before any long work;
         #: a module outside the layers that the checkpoint lacks entirely (the pooler of
         #: a base model saved from a masked LM) is initialised as ``from_pretrained``
@@ -503,6 +505,27 @@ class LayerStream:
         self.resident = path
 
     def _materialise(self, path: str) -> None:
+        self._load(path)
+        self._read_ahead_after(path)
+
+    def _read_ahead_after(self, path: str) -> None:
+        """Have the unit after ``path`` read into the page cache while ``path``
+        computes (its tensors read by plain reads: safetensors, float)."""
+        order = list(self.units)
+        for nxt in order[order.index(path) + 1 :]:
+            if nxt == self.embedding_path or nxt in self.initialised:
+                continue
+            ranges = []
+            for name in self.units[nxt]:
+                key = self.keys[name]
+                entry = self.ckpt.entry(key)
+                if entry is not None:
+                    start, stop = entry["data_offsets"]
+                    ranges.append((self.ckpt.file_of(key), start, stop - start))
+            self.read_ahead.want(ranges)
+            return
+
+    def _load(self, path: str) -> None:
         import torch
 
         if path in self.initialised:
@@ -577,6 +600,9 @@ class LayerStream:
     def _detach(self) -> None:
         """Undo what the stream changed: its hooks, the head's sliced forward, the open
         checkpoint, the heap set aside, glibc's threshold (each only where it was made)."""
+        ahead = getattr(self, "read_ahead", None)
+        if ahead is not None:
+            ahead.close()
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
