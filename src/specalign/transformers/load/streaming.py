@@ -312,6 +312,13 @@ class LayerStream:
         # ids it is given, the output head stays in its stored dtype, applied in slices
         self.embedding_path = self._unit_of(_input_embeddings(model), "Embedding")
         self.head_path = self._unit_of(_output_embeddings(model), "Linear")
+        #: unit -> the next unit in module order whose tensors are read whole (not the
+        #: input embedding, whose rows are read by id, nor an initialised module)
+        read = [p for p in self.units if p != self.embedding_path and p not in self.initialised]
+        order = list(self.units)
+        self._next_read = {
+            p: next((q for q in read if order.index(q) > order.index(p)), None) for p in order
+        }
         # the embedding's padding index, renumbered with the ids while its rows are in
         self.padding_idx = (
             model.get_submodule(self.embedding_path).padding_idx if self.embedding_path else None
@@ -511,19 +518,17 @@ class LayerStream:
     def _read_ahead_after(self, path: str) -> None:
         """Have the unit after ``path`` read into the page cache while ``path``
         computes (its tensors read by plain reads: safetensors, float)."""
-        order = list(self.units)
-        for nxt in order[order.index(path) + 1 :]:
-            if nxt == self.embedding_path or nxt in self.initialised:
-                continue
-            ranges = []
-            for name in self.units[nxt]:
-                key = self.keys[name]
-                entry = self.ckpt.entry(key)
-                if entry is not None:
-                    start, stop = entry["data_offsets"]
-                    ranges.append((self.ckpt.file_of(key), start, stop - start))
-            self.read_ahead.want(ranges)
+        nxt = self._next_read.get(path)
+        if nxt is None:
             return
+        ranges = []
+        for name in self.units[nxt]:
+            key = self.keys[name]
+            entry = self.ckpt.entry(key)
+            if entry is not None:
+                start, stop = entry["data_offsets"]
+                ranges.append((self.ckpt.file_of(key), start, stop - start))
+        self.read_ahead.want(ranges)
 
     def _load(self, path: str) -> None:
         import torch
