@@ -417,34 +417,56 @@ class _Divergence:
         return risk, err
 
 
-def _residual(
-    Ws: list[torch.Tensor], XT: torch.Tensor, y_row: torch.Tensor, acts: list[torch.Tensor]
-) -> torch.Tensor:
-    """Forward pass a_{l+1} = relu(W_l a_l), F = W_{L-1} a_{L-1}; stores the activations
-    in ``acts`` and returns the residual F - y, (S, 1, N)."""
-    z = torch.matmul(Ws[0], XT)
-    for l in range(1, len(Ws)):
-        acts[l] = torch.relu_(z)
-        z = torch.bmm(Ws[l], acts[l])
-    return z.sub_(y_row)
+class _Workspace:
+    """Every array an iteration writes, allocated once for the whole run.
+
+    An iteration of a benchmark ensemble (20 seeds, N = 824, width 32) makes about a dozen
+    arrays of 4 MB. Allocated afresh, glibc maps each from the system and unmaps it when it
+    is freed (or trims its heap back), so that every iteration paid about 500 page
+    faults: 16.6 ms an iteration against 9.1 with the memory kept (2 threads). Written
+    in place (``out=``), the same kernels compute the same numbers.
+    """
+
+    def __init__(self, Ws: list[torch.Tensor], XT: torch.Tensor) -> None:
+        S, N = Ws[0].shape[0], XT.shape[1]
+        like = {"dtype": Ws[0].dtype, "device": Ws[0].device}
+        #: acts[l] = a_l, (S, m_l, N): acts[0] is the shared input, the others hold z_{l-1}
+        #: until the ReLU overwrites it
+        self.acts = [XT] + [torch.empty((S, W.shape[2], N), **like) for W in Ws[1:]]
+        self.err = torch.empty((S, 1, N), **like)
+        #: deltas[l] = delta_{l-1} = (W_l^T delta_l) * 1[a_l > 0], (S, m_l, N); deltas[0] unused
+        self.deltas = [torch.empty(0, **like)] + [torch.empty_like(a) for a in self.acts[1:]]
+        self.grads = [torch.empty_like(W) for W in Ws]
+
+
+def _residual(Ws: list[torch.Tensor], y_row: torch.Tensor, work: _Workspace) -> torch.Tensor:
+    """Forward pass a_{l+1} = relu(W_l a_l), F = W_{L-1} a_{L-1}, the activations into
+    ``work.acts``; returns the residual F - y, (S, 1, N), in ``work.err``."""
+    acts = work.acts
+    for l in range(len(Ws) - 1):
+        # layer 0 broadcasts the shared input: one GEMM, (S*m_1, m_0)@(m_0, N)
+        torch.matmul(Ws[l], acts[l], out=acts[l + 1]).relu_()
+    return torch.matmul(Ws[-1], acts[-1], out=work.err).sub_(y_row)
 
 
 def _descend(
     Ws: list[torch.Tensor],
     err: torch.Tensor,
-    acts: list[torch.Tensor],
+    work: _Workspace,
     Xt: torch.Tensor,
     inv_n: float,
     lr: float,
 ) -> None:
     """One gradient step in place. dR/dF = (F - y)/N; dR/dW_l = delta_l a_l^T;
     delta_{l-1} = (W_l^T delta_l) * 1[a_l > 0]   (sigma'(0) = 0)."""
+    acts, grads = work.acts, work.grads
     delta = err.mul_(inv_n)
-    grads: list[torch.Tensor] = list(acts)
     for l in range(len(Ws) - 1, 0, -1):
-        grads[l] = torch.bmm(delta, acts[l].mT)
-        delta = torch.ops.aten.threshold_backward(torch.bmm(Ws[l].mT, delta), acts[l], 0.0)
-    grads[0] = torch.matmul(delta, Xt)
+        torch.bmm(delta, acts[l].mT, out=grads[l])
+        back = torch.bmm(Ws[l].mT, delta, out=work.deltas[l])
+        # autograd's ReLU backward, in place: zero wherever a_l <= 0
+        delta = torch.ops.aten.threshold_backward.grad_input(back, acts[l], 0.0, grad_input=back)
+    torch.matmul(delta, Xt, out=grads[0])
     torch._foreach_add_(Ws, grads, alpha=-lr)
 
 
@@ -506,18 +528,18 @@ def train_ensemble(
     hook = _progress_hook(progress, n_iter)
     every = max(1, n_iter // 100)
     inv_n = 1.0 / N
-    acts: list[torch.Tensor] = [XT] * L  # acts[l] = a_l, (S, m_l, N); acts[0] is shared
+    work = _Workspace(Ws, XT)
 
     with torch.no_grad():
         for i in range(n_iter + 1):
-            err = _residual(Ws, XT, y_row, acts)
+            err = _residual(Ws, y_row, work)
             risk = torch.linalg.vecdot(err, err).view(S).mul_(0.5 * inv_n)
             risk, err = divergence.update(i, risk, err, Ws, checkpoints)
             risk_hist[i] = risk
             checkpoints.record(i, risk, Ws, divergence.diverged)
             if i == n_iter:
                 break
-            _descend(Ws, err, acts, Xt, inv_n, lr)
+            _descend(Ws, err, work, Xt, inv_n, lr)
             if (i + 1) % every == 0 and i + 1 < n_iter:
                 hook(i + 1)
     hook(n_iter)
