@@ -138,6 +138,13 @@ def read_header(path: str | Path) -> dict[str, dict[str, Any]]:
     return entries
 
 
+def data_start(fd: int) -> int:
+    """Where the data section of the open safetensors file ``fd`` starts: after the
+    8-byte header length and the header (unchecked: :func:`read_header` checks it)."""
+    (length,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+    return 8 + length
+
+
 def _read_raw(
     path: str | Path, entry: Mapping[str, Any], start: int = 0, stop: int | None = None
 ) -> tuple[np.ndarray, list[int]]:
@@ -156,8 +163,7 @@ def _read_raw(
     view = memoryview(buf)
     try:
         with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            f.seek(8 + length + entry["data_offsets"][0] + start * width)
+            f.seek(data_start(f.fileno()) + entry["data_offsets"][0] + start * width)
             done = 0
             while done < len(view):
                 got = f.readinto(view[done:])
@@ -242,8 +248,7 @@ class ReadAhead:
         fd = os.open(file, os.O_RDONLY)
         try:
             if file not in self._data_start:
-                (header,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-                self._data_start[file] = 8 + header
+                self._data_start[file] = data_start(fd)
             pos = self._data_start[file] + offset
             end = pos + length
             while pos < end and self._current(generation):

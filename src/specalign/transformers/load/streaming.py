@@ -314,11 +314,12 @@ class LayerStream:
         self.head_path = self._unit_of(_output_embeddings(model), "Linear")
         #: unit -> the next unit in module order whose tensors are read whole (not the
         #: input embedding, whose rows are read by id, nor an initialised module)
-        read = [p for p in self.units if p != self.embedding_path and p not in self.initialised]
-        order = list(self.units)
-        self._next_read = {
-            p: next((q for q in read if order.index(q) > order.index(p)), None) for p in order
-        }
+        self._next_read: dict[str, str | None] = {}
+        following = None
+        for p in reversed(list(self.units)):
+            self._next_read[p] = following
+            if p != self.embedding_path and p not in self.initialised:
+                following = p
         # the embedding's padding index, renumbered with the ids while its rows are in
         self.padding_idx = (
             model.get_submodule(self.embedding_path).padding_idx if self.embedding_path else None
