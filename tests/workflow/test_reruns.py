@@ -5,7 +5,9 @@ its script and of the `specalign` modules it imports as a parameter
 (specalign.fingerprint, rules/common.smk). Here the workflow and the package are copied,
 the copy is put first on PYTHONPATH (so that jobs import it), and one module at a time
 is edited: exactly the rules that reach it, and what reads their outputs, must rerun.
-The finished run is config/test.yaml: both studies.
+The finished run is config/test.yaml: both studies. The dry runs are asked of one
+process started with that PYTHONPATH (snakemake_helpers.Planner), which reads the
+Snakefile and the files afresh for each.
 """
 
 import os
@@ -13,7 +15,7 @@ import shutil
 
 import pytest
 import yaml
-from snakemake_helpers import planned_jobs
+from snakemake_helpers import Planner
 
 pytestmark = pytest.mark.pipeline
 
@@ -46,7 +48,7 @@ EVERY_RULE = (
 
 @pytest.fixture(scope="module")
 def copied(repo, finished_run, tmp_path_factory):
-    """(repo copy, env using it, working dir copy of the finished run)."""
+    """(repo copy, the planner of dry runs that import it, folder of working dirs)."""
     root = tmp_path_factory.mktemp("reruns")
     code = root / "repo"
     code.mkdir()
@@ -54,7 +56,9 @@ def copied(repo, finished_run, tmp_path_factory):
         src = repo / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, code / name)
     env = dict(os.environ, PYTHONPATH=str(code / "src"))
-    return code, env, root
+    planner = Planner(code, env)
+    yield code, planner, root
+    planner.close()
 
 
 def _fresh_workdir(finished_run, root, name):
@@ -74,9 +78,9 @@ def _touch_module(code, relpath):
 
 
 def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
-    code, env, root = copied
+    code, planner, root = copied
     work = _fresh_workdir(finished_run, root, "unchanged")
-    assert planned_jobs(code, work, env=env) == {}
+    assert planner.planned_jobs(work) == {}
 
 
 @pytest.mark.parametrize(
@@ -119,11 +123,11 @@ def test_copy_with_nothing_changed_does_nothing(copied, finished_run):
     ],
 )  # fmt: skip
 def test_module_edit_reruns_the_rules_that_reach_it(copied, finished_run, module, expected):
-    code, env, root = copied
+    code, planner, root = copied
     work = _fresh_workdir(finished_run, root, module.replace("/", "_"))
     path, original = _touch_module(code, module)
     try:
-        jobs = planned_jobs(code, work, env=env)
+        jobs = planner.planned_jobs(work)
     finally:
         path.write_text(original)
     assert set(jobs) == expected, jobs
@@ -142,34 +146,34 @@ def test_module_edit_reruns_the_rules_that_reach_it(copied, finished_run, module
 )
 def test_touching_a_file_without_changing_it(copied, finished_run, path, expected):
     """What the README says about touching (or checking out) a file unchanged."""
-    code, env, root = copied
+    code, planner, root = copied
     work = _fresh_workdir(finished_run, root, "touch_" + path.replace("/", "_"))
     target = code / path
     st = target.stat()
     os.utime(target)  # now: newer than every output
     try:
-        jobs = planned_jobs(code, work, env=env)
+        jobs = planner.planned_jobs(work)
     finally:
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert set(jobs) == expected, jobs
 
 
 def test_plot_setting_reruns_only_figures(copied, finished_run):
-    code, env, root = copied
+    code, planner, root = copied
     work = _fresh_workdir(finished_run, root, "plots")
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg.setdefault("plots", {})["context"] = "talk"
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
-    assert set(planned_jobs(code, work, env=env)) == {"commutator_figure"} | TRANSFORMER_FIGURES
+    assert set(planner.planned_jobs(work)) == {"commutator_figure"} | TRANSFORMER_FIGURES
 
 
 def test_one_experiment_setting_reruns_that_experiment(copied, finished_run):
-    code, env, root = copied
+    code, planner, root = copied
     work = _fresh_workdir(finished_run, root, "experiment")
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg["commutators"]["experiments"]["tiny_synthetic"]["n_diag"] = 80
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
-    jobs = planned_jobs(code, work, env=env)
+    jobs = planner.planned_jobs(work)
     # the diagnostic sample is data: prepare, train (its input changed), diagnose the one
     # experiment, then the summaries that read it; no transformer job
     assert jobs.get("prepare_data") == 1 and jobs.get("train_ensemble") == 1
