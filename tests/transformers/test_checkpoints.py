@@ -300,19 +300,21 @@ def test_extraction_of_a_float_checkpoint_imports_no_torch(tmp_path, monkeypatch
     for model_type in model_types:
         folder = save_tiny(model_type, tmp_path / model_type, seed=0)
         _rewrite(folder, lambda t: {k: v.to(torch.bfloat16) for k, v in t.items()})
+    # each model extracted in turn, and after each whether torch has been imported
     probe = (
-        "import sys; from specalign.transformers.load.extract import extract_to_h5; "
-        "extract_to_h5(sys.argv[1], sys.argv[2]); print('torch' in sys.modules)"
+        "import sys; from specalign.transformers.load.extract import extract_to_h5\n"
+        "for folder, out in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+        "    extract_to_h5(folder, out); print('torch' in sys.modules)"
     )
     env = {**__import__("os").environ, "SPECALIGN_CACHE": str(tmp_path / "cache")}
-    for model_type in model_types:
-        imported = []
-        for i in range(2):  # the second reads what the first kept
-            argv = [sys.executable, "-c", probe, str(tmp_path / model_type),
-                    str(tmp_path / f"{model_type}_{i}.h5")]  # fmt: skip
-            res = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
-            imported.append(res.stdout.split()[-1])
-        assert imported[1] == "False", (model_type, imported)
+    imported = []
+    for i in range(2):  # the second process reads what the first kept
+        argv = [sys.executable, "-c", probe]
+        for model_type in model_types:
+            argv += [str(tmp_path / model_type), str(tmp_path / f"{model_type}_{i}.h5")]
+        res = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+        imported.append(dict(zip(model_types, res.stdout.split()[-2:], strict=True)))
+    assert imported[1] == {"gpt2": "False", "llama": "False"}, imported
     monkeypatch.setattr(
         checkpoint,
         "read_float64",
@@ -326,6 +328,25 @@ def test_extraction_of_a_float_checkpoint_imports_no_torch(tmp_path, monkeypatch
         for blk, want in zip(ours.blocks, ref.blocks, strict=True):
             for name in ("W_Q", "W_K", "W_V", "W_O"):
                 np.testing.assert_array_equal(getattr(blk, name), getattr(want, name))
+
+
+def test_extraction_of_a_random_twin_imports_no_transformers(tmp_path, monkeypatch):
+    """The twin's job keeps the facts of the configuration it wrote (the Snakemake
+    process could not: the file did not exist when it planned), so that extracting the
+    twin, the next job, imports neither transformers nor torch for them."""
+    from specalign.transformers.load import sources
+
+    monkeypatch.setenv("SPECALIGN_CACHE", str(tmp_path / "cache"))
+    source = save_tiny("llama", tmp_path / "llama", seed=0)
+    twin = sources.make_random_model(source, tmp_path / "twin", seed=1)
+    probe = (
+        "import sys; from specalign.transformers.load.extract import extract_to_h5; "
+        "extract_to_h5(sys.argv[1], sys.argv[2]); "
+        "print([m for m in ('transformers', 'torch') if m in sys.modules])"
+    )
+    argv = [sys.executable, "-c", probe, str(twin), str(tmp_path / "twin.h5")]
+    res = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert res.stdout.split("\n")[-2] == "[]", res.stdout
 
 
 def test_dequantize_fp8_blocks_partial_blocks():

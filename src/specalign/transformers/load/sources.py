@@ -42,6 +42,7 @@ from specalign import io
 from specalign.io import OWNER_MARKER, InputFileError, is_owned, mark_owned
 from specalign.runtime import check_snakemake_alive
 from specalign.transformers.load.checkpoint import TOKENIZER_PATTERNS, model_digest, tokenizer_files
+from specalign.transformers.load.families.base import adapter_for
 
 HUB_ALLOW_PATTERNS = [
     "*.safetensors",
@@ -617,6 +618,11 @@ def make_random_model(
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(tmp)
         raise
+    # What the twin's readers ask of its configuration as written (the configuration
+    # object's facts, a rotary family's frequencies), kept (specalign.kept) for them: the
+    # Snakemake process could not keep it before the file existed, and extraction would
+    # import transformers and torch (3 s) for it alone; here they are imported already.
+    adapter_for(json.loads((out_dir / "config.json").read_text(encoding="utf-8"))).rotary()
     return out_dir
 
 
