@@ -29,19 +29,13 @@ def run_snakemake(
 ) -> str:
     """Run snakemake on ``workdir/config.yaml``; raise with the output's tail on failure
     (``timeout`` seconds at most)."""
-    cmd = [
-        *SNAKEMAKE,
-        "-s",
-        str(repo / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
-    return _finished(cmd, check, env, timeout)
+    return _finished([*SNAKEMAKE, *_run_args(repo, workdir, *args)], check, env, timeout)
+
+
+def _run_args(repo: Path, workdir: Path, *args: str) -> list[str]:
+    """Snakemake's arguments for the workflow in ``repo`` on ``workdir/config.yaml``."""
+    return ["-s", str(repo / "Snakefile"), "-d", str(workdir),
+            "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]  # fmt: skip
 
 
 #: Options under which Snakemake only plans (or lists) and runs no job.
@@ -64,7 +58,12 @@ def _finished(cmd: list[str], check: bool, env: dict | None, timeout: float) -> 
     else:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         code, out = proc.returncode, proc.stdout + proc.stderr
-    if check and code != 0:
+    return _checked(code, out) if check else out
+
+
+def _checked(code: int, out: str) -> str:
+    """Snakemake's console ``out``; AssertionError with its tail where ``code`` is not 0."""
+    if code != 0:
         raise AssertionError(f"snakemake failed ({code}):\n{out[-6000:]}")
     return out
 
@@ -137,19 +136,14 @@ class Planner:
     def planned_jobs(self, workdir: Path) -> dict[str, int]:
         """Rule -> number of jobs a dry run in ``workdir`` would execute, as
         :func:`planned_jobs`."""
-        config = str(workdir / "config.yaml")
-        args = ["-s", str(self.repo / "Snakefile"), "-d", str(workdir),
-                "--configfile", config, "--cores", "2", "--dry-run"]  # fmt: skip
+        args = _run_args(self.repo, workdir, "--dry-run")
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._proc.stdin.write(json.dumps(args) + "\n")
         self._proc.stdin.flush()
         line = self._proc.stdout.readline()
         if not line:
             raise AssertionError(f"the planner stopped (exit status {self._proc.wait()})")
-        code, out = json.loads(line)
-        if code != 0:
-            raise AssertionError(f"snakemake failed ({code}):\n{out[-6000:]}")
-        return job_stats(out)
+        return job_stats(_checked(*json.loads(line)))
 
     def close(self) -> None:
         if self._proc.stdin is not None:
