@@ -142,8 +142,8 @@ def main() -> None:
         finally:
             pth.unlink(missing_ok=True)
         use = resource.getrusage(resource.RUSAGE_CHILDREN)
-        rows = [json.loads(line) for line in record.read_text().splitlines()] if (
-            record.exists()) else []  # fmt: skip
+        lines = record.read_text().splitlines() if record.exists() else []
+        rows = [json.loads(line) for line in lines]
     cpu = use.ru_utime + use.ru_stime
     print(f"\n{' '.join(map(str, command))}: exit status {code}")
     print(f"{cpu_name()}; float32 GEMM {rate:.0f} GFLOP/s on 2 threads (this run)")
