@@ -477,13 +477,12 @@ def trained_point_inputs(wildcards):
 
 def diverged_step(run_nc):
     """The step at which a run's loss turned NaN/inf, from run.nc's attributes (-1: it
-    stayed finite); read with h5py (run.nc is written with the h5netcdf engine) to keep
-    xarray out of the DAG's process."""
+    stayed finite); read with h5py to keep xarray out of the DAG's process."""
     import h5py
     import numpy as np
 
     with h5py.File(run_nc, "r") as f:
-        # h5netcdf stores a scalar attribute as an array of one element
+        # netCDF-4 stores a scalar attribute as an array of one element
         return int(np.ravel(f.attrs.get("diverged_step", -1))[0])
 
 

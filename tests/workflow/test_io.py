@@ -169,6 +169,27 @@ def test_netcdf_read_as_xarray_reads_it(tmp_path):
     assert_read_as_xarray_reads(path)
 
 
+def test_netcdf_reads_back_as_the_h5netcdf_engine_wrote_it(tmp_path):
+    """write_netcdf goes through netCDF-C; what comes back, by either reader, is what the
+    h5netcdf engine's file of the same Dataset gives, and every numeric array carries its
+    Fletcher-32 checksum."""
+    import h5py
+
+    ds = _every_kind_of_variable()
+    ours, theirs = tmp_path / "ours.nc", tmp_path / "theirs.nc"
+    io.write_netcdf(ours, ds)
+    ds.to_netcdf(theirs, engine="h5netcdf")
+    xr.testing.assert_identical(io.read_netcdf(ours), io.read_netcdf(theirs))
+    with (
+        xr.open_dataset(ours, engine="h5netcdf") as a,
+        xr.open_dataset(theirs, engine="h5netcdf") as b,
+    ):
+        xr.testing.assert_identical(a.load(), b.load())
+    with h5py.File(ours, "r") as f:
+        numeric = [n for n, v in ds.variables.items() if v.ndim and v.dtype.kind in "biuf"]
+        assert numeric and all(f[n].fletcher32 for n in numeric)
+
+
 @pytest.mark.parametrize(
     ("change", "direct"),
     [("fixed_width_attributes", True), ("empty_attribute", False), ("compound_attribute", False),
