@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import xarray as xr
 
 from specalign import figstyle
 from specalign.commutators.report import paper as P
@@ -33,6 +31,10 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+# imported when first used (specalign.lazy): the rule files import this module for its
+# figure names, and every snakemake call would pay these imports
+pd = LazyModule("pandas")
+xr = LazyModule("xarray")
 mpl_figure = LazyModule("matplotlib.figure")
 mpl_ticker = LazyModule("matplotlib.ticker")
 

@@ -25,14 +25,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import xarray as xr
 
 from specalign import io
+from specalign.lazy import LazyModule
 
-Experiments = Mapping[str, xr.Dataset]
+# imported when first used (specalign.lazy): the rule files import these modules for
+# their names, and every snakemake call would pay these imports
+pd = LazyModule("pandas")
+xr = LazyModule("xarray")
+
+# the aliases name xarray's Dataset without importing xarray (forward references)
+Experiments = Mapping[str, "xr.Dataset"]
 #: A matched run ``(experiment name, diagnostics)``, or None when the run is absent.
-Run = tuple[str, xr.Dataset] | None
+Run = tuple[str, "xr.Dataset"] | None
 
 #: Display names of the data sets (the paper's spelling).
 DATASET_NAMES = {"concrete": "Concrete", "energy": "Energy", "synthetic": "synthetic"}

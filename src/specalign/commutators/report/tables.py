@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import xarray as xr
 
 from specalign.commutators.report import paper as P
 from specalign.commutators.report.claims import at_rounding_level, differs, rule_for
@@ -43,6 +41,12 @@ from specalign.commutators.report.runs import (
     seed_values,
     synthetic_run,
 )
+from specalign.lazy import LazyModule
+
+# imported when first used (specalign.lazy): the rule files import these modules for
+# their names, and every snakemake call would pay these imports
+pd = LazyModule("pandas")
+xr = LazyModule("xarray")
 
 _STAT_COLUMNS = [
     "ours",

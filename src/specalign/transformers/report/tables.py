@@ -32,13 +32,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import xarray as xr
 
+from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
 from specalign.output import nanstd as _nanstd
 from specalign.output import write_table
 from specalign.transformers import metric_table
+
+# imported when first used (specalign.lazy): the rule files import these modules for
+# their names, and every snakemake call would pay these imports
+pd = LazyModule("pandas")
+xr = LazyModule("xarray")
 
 __all__ = [
     "MODEL_TABLES",

@@ -10,7 +10,6 @@ import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from specalign import figstyle
 from specalign.lazy import LazyModule
@@ -30,6 +29,7 @@ from specalign.transformers.report.tables import mode_view
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+xr = LazyModule("xarray")
 mpl_figure = LazyModule("matplotlib.figure")
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import xarray as xr
-
+from specalign.lazy import LazyModule
 from specalign.output import placeholder_figure
 from specalign.transformers.load.contracts import MODES
 from specalign.transformers.report.figures.depth import prolonged_figure, token_distance_figure
@@ -21,9 +20,12 @@ from specalign.transformers.report.figures.spectra import eigenvalue_figure, hea
 from specalign.transformers.report.figures.steering import steering_figure
 from specalign.transformers.report.figures.style import _modes
 
+# imported when first used (specalign.lazy): the rule files import these modules for
+# their names, and every snakemake call would pay these imports
+xr = LazyModule("xarray")
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
 
 
 def model_figures(

@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from specalign import figstyle
 from specalign.lazy import LazyModule
@@ -37,6 +36,7 @@ from specalign.transformers.weights import shares_weights
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+xr = LazyModule("xarray")
 mpl_figure = LazyModule("matplotlib.figure")
 
 
@@ -186,7 +186,7 @@ def eigvec_continuity_figure(
 
 
 Overview = Callable[
-    [Mapping[str, xr.Dataset], xr.Dataset, Mapping[str, str]], "tuple[Figure, str] | None"
+    [Mapping[str, "xr.Dataset"], "xr.Dataset", Mapping[str, str]], "tuple[Figure, str] | None"
 ]
 
 #: The cross-model and sphere figures: stem -> builder(spectra by model, sphere.nc,

@@ -10,7 +10,6 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from specalign import figstyle
 from specalign.lazy import LazyModule
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+xr = LazyModule("xarray")
 mpl_figure = LazyModule("matplotlib.figure")
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from specalign import figstyle
 from specalign.lazy import LazyModule
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+xr = LazyModule("xarray")
 mpl_figure = LazyModule("matplotlib.figure")
 mpl_ticker = LazyModule("matplotlib.ticker")
 

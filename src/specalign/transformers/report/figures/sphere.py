@@ -8,7 +8,6 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from specalign import figstyle
 from specalign.lazy import LazyModule
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from mpl_toolkits.mplot3d.axes3d import Axes3D
 
+xr = LazyModule("xarray")
 mpl_figure = LazyModule("matplotlib.figure")
 
 #: Seeded random unit directions averaged for the null of Fig. 13's |corr(x_i, v1)|.

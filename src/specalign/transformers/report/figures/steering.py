@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from specalign import figstyle
 from specalign.lazy import LazyModule
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+xr = LazyModule("xarray")
 mpl_figure = LazyModule("matplotlib.figure")
 
 

@@ -11,7 +11,6 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from specalign.lazy import LazyModule
 from specalign.output import nanmean as _nanmean
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.lines import Line2D
 
+xr = LazyModule("xarray")
 mpl_ticker = LazyModule("matplotlib.ticker")
 
 _NULL = "0.35"  # random-direction null

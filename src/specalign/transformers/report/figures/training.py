@@ -7,13 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
+from specalign.lazy import LazyModule
 from specalign.transformers.metric_table import Metric, trends
 from specalign.transformers.report.claims import GAMMA_CONVERGED, SMALL_GAP
 from specalign.transformers.report.figures.style import line_band
 from specalign.transformers.report.series import BAND
 from specalign.transformers.train.training import FAMILIES
+
+# imported when first used (specalign.lazy): the rule files import these modules for
+# their names, and every snakemake call would pay these imports
+xr = LazyModule("xarray")
 
 
 def _x(steps: np.ndarray) -> np.ndarray:
