@@ -4,7 +4,8 @@ netcdf4 engine) against the h5netcdf engine it replaced, and against reading the
 
 For each netCDF file given (files or folders searched for ``*.nc``; by default the
 ``results/`` folder of the working directory, e.g. after ``snakemake --cores 2``), the
-Dataset is read once with ``io.read_netcdf`` and then, each best of ``--repeats``:
+Dataset is read once with ``io.read_netcdf`` and then, each best of ``--repeats`` after a
+warm-up call:
 
 * read: ``io.read_netcdf`` of the file;
 * h5netcdf: ``Dataset.to_netcdf(engine="h5netcdf")`` with write_netcdf's encoding (the
@@ -24,20 +25,13 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_metrics import _timed  # noqa: E402
+
 TARGET_WRITE_OVER_READ = 2.0
-
-
-def _best(fn: Any, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def measure(path: Path, repeats: int, scratch: Path) -> dict[str, Any]:
@@ -55,11 +49,11 @@ def measure(path: Path, repeats: int, scratch: Path) -> dict[str, Any]:
     row = {
         "file": str(path),
         "variables": len(ds.variables),
-        "read_s": _best(lambda: io.read_netcdf(path), repeats),
-        "h5netcdf_s": _best(
+        "read_s": _timed(lambda: io.read_netcdf(path), repeats),
+        "h5netcdf_s": _timed(
             lambda: ds.to_netcdf(old, engine="h5netcdf", encoding=encoding), repeats
         ),
-        "write_netcdf_s": _best(lambda: io.write_netcdf(new, ds), repeats),
+        "write_netcdf_s": _timed(lambda: io.write_netcdf(new, ds), repeats),
     }
     row["identical"] = io.read_netcdf(new).identical(io.read_netcdf(old))
     with xr.open_dataset(new, engine="h5netcdf") as a, xr.open_dataset(old, engine="h5netcdf") as b:
